@@ -1,0 +1,48 @@
+# Every target sets itself up from nothing: a local virtualenv (.venv) with the project
+# installed in editable mode from setup.cfg.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
+PYTEST_ARGS ?=
+
+.PHONY: all venv run test test-fast lint bench bench-quick clean
+
+all: test
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+venv: $(STAMP)
+
+## run: the main job - seed 000's sales aggregation on the embedded broker and local Spark
+run: $(STAMP)
+	$(BIN)/python -m topologies.sales_demo
+
+## test: the whole suite (unit, driver, integration with a real broker and local Spark)
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## test-fast: everything that needs neither the broker nor Spark
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check processor_api topologies tests bench
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run --full
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run --quick
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

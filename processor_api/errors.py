@@ -1,0 +1,88 @@
+"""Exception types raised by processor_api."""
+
+from __future__ import annotations
+
+
+class StreamsError(Exception):
+    """Base class of every error raised by processor_api."""
+
+
+class TopologyError(StreamsError):
+    """The topology is malformed: the message names the node, store or topic at fault."""
+
+
+class StoreError(StreamsError):
+    """A state store was used wrongly (unknown, closed, not connected to the processor)."""
+
+
+class ProcessingError(StreamsError):
+    """A record could not be deserialized or processed.
+
+    Carries the coordinates of the failing record so an operator can find it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        processor: str | None = None,
+        task_id: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.processor = processor
+        self.task_id = task_id
+        where = ", ".join(
+            f"{label}={value}"
+            for label, value in (
+                ("task", task_id),
+                ("topic", topic),
+                ("partition", partition),
+                ("offset", offset),
+                ("processor", processor),
+            )
+            if value is not None
+        )
+        super().__init__(f"{message} ({where})" if where else message)
+
+    def with_coordinates(self, **coordinates: object) -> ProcessingError:
+        """A copy with missing coordinates (topic, partition, offset, processor, task_id) filled."""
+        merged = {
+            name: getattr(self, name)
+            for name in ("topic", "partition", "offset", "processor", "task_id")
+        }
+        for name, value in coordinates.items():
+            if merged.get(name) is None:
+                merged[name] = value
+        error = type(self)(self.reason, **merged)  # type: ignore[arg-type]
+        error.__cause__ = self.__cause__
+        return error
+
+
+class ConfigError(StreamsError):
+    """A configuration value or command-line argument is invalid."""
+
+
+class BrokerUnavailableError(StreamsError):
+    """No Kafka broker answered at the given address, or the embedded broker failed to start."""
+
+
+class MissingTopicError(StreamsError):
+    """One or more topics (or partitions) do not exist; ``topics`` names them."""
+
+    def __init__(self, message: str, topics: tuple[str, ...] = ()) -> None:
+        self.topics = topics
+        super().__init__(message)
+
+
+class TopicMismatchError(StreamsError):
+    """An existing topic does not match what is required (e.g. its partition count)."""
+
+
+class DeliveryError(StreamsError):
+    """Records could not be produced: a delivery failed or was not acknowledged in time."""

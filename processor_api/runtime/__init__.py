@@ -1,0 +1,1 @@
+"""The task engine (pure Python, shared by the test driver and Spark) and the Spark runner."""

@@ -1,0 +1,64 @@
+"""Runtime configuration: the keys a topology run understands.
+
+Keys may be written Kafka-style with dots or dashes (``application.id``,
+``processing.exception.handler``) or with underscores; they are normalized to underscores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from processor_api.errors import ConfigError
+
+HANDLERS = ("log_and_fail", "log_and_continue")
+GUARANTEES = ("at_least_once", "exactly_once_v2")
+
+
+def normalize_key(key: str) -> str:
+    return key.strip().replace(".", "_").replace("-", "_").lower()
+
+
+@dataclass
+class StreamsConfig:
+    """Validated settings of a topology run (test driver or Spark)."""
+
+    application_id: str = "processor-api-app"
+    deserialization_exception_handler: str = "log_and_fail"
+    processing_exception_handler: str = "log_and_fail"
+    dead_letter_topic: str | None = None
+    processing_guarantee: str = "at_least_once"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any] | None) -> StreamsConfig:
+        """Build from a user dict; unknown keys are kept in ``extra``."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        values: dict[str, Any] = {}
+        extra: dict[str, str] = {}
+        for raw_key, value in (config or {}).items():
+            key = normalize_key(raw_key)
+            if key.startswith("default_") and key[len("default_"):] in known:
+                key = key[len("default_"):]
+            if key in known:
+                values[key] = value
+            else:
+                extra[key] = value
+        result = cls(**values, extra=extra)
+        result.validate()
+        return result
+
+    def validate(self) -> None:
+        for name in ("deserialization_exception_handler", "processing_exception_handler"):
+            value = getattr(self, name)
+            if value not in HANDLERS:
+                raise ConfigError(f"{name} must be one of {HANDLERS}, got {value!r}")
+        if self.processing_guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"processing_guarantee must be one of {GUARANTEES}, "
+                f"got {self.processing_guarantee!r}"
+            )
+        if not self.application_id or not isinstance(self.application_id, str):
+            raise ConfigError(f"application_id must be a non-empty string, got {self.application_id!r}")
+        if self.dead_letter_topic == "":
+            self.dead_letter_topic = None

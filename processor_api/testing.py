@@ -1,0 +1,374 @@
+"""Testing tools: :class:`TopologyTestDriver` (no broker, no Spark) and :class:`EmbeddedKafka`.
+
+The driver runs a topology with the same task engine the Spark runtime uses, one task per
+sub-topology on partition 0, with a mocked wall clock::
+
+    with TopologyTestDriver(build_topology()) as driver:
+        sales = driver.create_input_topic("sales-events-v1")
+        notifications = driver.create_output_topic("notifications-events-v1")
+        sales.pipe_input("product1", {"product": "product1", "value": 2500})
+        assert notifications.read_key_value() == ("product1", {...})
+
+Like Kafka Streams' driver it processes each piped record to completion (including records
+that cross sub-topologies through repartition topics), checks stream-time punctuation after
+each record, commits (flushes stores) after each record, and fires wall-clock punctuation only
+when :meth:`TopologyTestDriver.advance_wall_clock_time` is called.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from processor_api.errors import StoreError, StreamsError
+from processor_api.kafka.embedded import EmbeddedKafka
+from processor_api.processor import Record
+from processor_api.runtime.config import StreamsConfig
+from processor_api.runtime.records import InputRecord, ListCollector, OutputRecord
+from processor_api.runtime.task import Task
+from processor_api.serdes import Serde, Serdes
+from processor_api.state.base import KeyValue
+from processor_api.state.key_value import KeyValueStore
+from processor_api.topology import Topology
+
+__all__ = [
+    "EmbeddedKafka",
+    "NoSuchElementError",
+    "TestInputTopic",
+    "TestOutputTopic",
+    "TopologyTestDriver",
+]
+
+
+class NoSuchElementError(LookupError):
+    """Reading from an output topic that has no (more) records."""
+
+
+def _to_ms(value: int | timedelta) -> int:
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected milliseconds (int) or timedelta, got {value!r}")
+    return value
+
+
+class TopologyTestDriver:
+    """Runs a :class:`Topology` in-process, record by record, for unit tests.
+
+    Every task is created and its processors' ``init()`` run when the driver is constructed.
+    Persistent stores are real RocksDB stores in a temporary state directory, removed by
+    :meth:`close`.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: dict[str, Any] | None = None,
+        initial_wall_clock_ms: int = 0,
+    ) -> None:
+        settings = {"application_id": "topology-test-driver"}
+        settings.update(config or {})
+        self.config = StreamsConfig.from_dict(settings)
+        self._topology = topology
+        self._wall_clock_ms = _to_ms(initial_wall_clock_ms)
+        self._state_dir = Path(tempfile.mkdtemp(prefix="processor-api-driver-"))
+        self._collector = ListCollector(partitions=1)
+        self._next_offset: dict[str, int] = {}
+        self._output: dict[str, deque[OutputRecord]] = {}
+        self._tasks: list[Task] = []
+        self._task_by_topic: dict[str, Task] = {}
+        self._closed = False
+        try:
+            for sub in topology.subtopologies():
+                task_dir = self._state_dir / self.config.application_id / sub.task_id(0)
+                task = Task(
+                    subtopology=sub,
+                    partition=0,
+                    store_builders=topology.store_builders,
+                    store_factory=lambda builder, ts, d=task_dir: builder.build(
+                        state_dir=d, timestamp_fn=ts
+                    ),
+                    collector=self._collector,
+                    config=self.config,
+                    clock=self._clock,
+                )
+                self._tasks.append(task)
+                for topic in sub.source_topics:
+                    self._task_by_topic[topic] = task
+            for task in self._tasks:
+                task.initialize()
+            self._complete_work()
+        except BaseException:
+            self.close()
+            raise
+
+    def _clock(self) -> int:
+        return self._wall_clock_ms
+
+    # ---------------------------------------------------------------- topics
+    def create_input_topic(
+        self,
+        topic: str,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        *,
+        start_timestamp: int | None = None,
+        auto_advance: int | timedelta = 0,
+    ) -> TestInputTopic:
+        """An input topic; serdes default to those of the source reading ``topic``."""
+        source = self._topology.source_node_for_topic(topic)
+        if source is None:
+            raise StreamsError(
+                f"unknown input topic {topic!r}: no source of the topology reads it "
+                f"(source topics: {sorted(self._topology.source_topics())})"
+            )
+        return TestInputTopic(
+            self,
+            topic,
+            key_serde or source.key_serde,
+            value_serde or source.value_serde,
+            self._wall_clock_ms if start_timestamp is None else start_timestamp,
+            _to_ms(auto_advance),
+        )
+
+    def create_output_topic(
+        self, topic: str, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> TestOutputTopic:
+        """An output topic; serdes default to those of the sink writing ``topic`` (else bytes)."""
+        sink = self._topology.sink_for_topic(topic)
+        default_key = sink.key_serde if sink else Serdes.bytes()
+        default_value = sink.value_serde if sink else Serdes.bytes()
+        return TestOutputTopic(self, topic, key_serde or default_key, value_serde or default_value)
+
+    # ------------------------------------------------------------ processing
+    def _pipe(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: tuple[tuple[str, bytes | None], ...],
+    ) -> None:
+        self._check_open()
+        task = self._task_by_topic.get(topic)
+        if task is None:
+            raise StreamsError(f"unknown input topic {topic!r}: no source of the topology reads it")
+        self._feed(task, topic, key, value, timestamp, headers)
+        self._complete_work()
+
+    def _feed(
+        self,
+        task: Task,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: tuple[tuple[str, bytes | None], ...],
+    ) -> None:
+        offset = self._next_offset.get(topic, 0)
+        self._next_offset[topic] = offset + 1
+        task.process_batch([InputRecord(topic, 0, offset, timestamp, key, value, headers)])
+
+    def _complete_work(self) -> None:
+        """Route produced records (feeding repartition topics back in), then commit."""
+        while True:
+            produced = self._collector.drain()
+            if not produced:
+                break
+            for record in produced:
+                self._output.setdefault(record.topic, deque()).append(record)
+                downstream = self._task_by_topic.get(record.topic)
+                if downstream is not None:
+                    self._feed(
+                        downstream, record.topic, record.key, record.value,
+                        record.timestamp, record.headers,
+                    )
+        for task in self._tasks:
+            task.flush()
+        # flushing caches may not forward anything in this runtime, but keep the loop honest
+        if self._collector.records:
+            self._complete_work()
+
+    def advance_wall_clock_time(self, advance: int | timedelta) -> None:
+        """Move the mocked system time forward and fire due WALL_CLOCK_TIME punctuations."""
+        self._check_open()
+        ms = _to_ms(advance)
+        if ms < 0:
+            raise ValueError(f"wall clock cannot go back (advance {advance!r})")
+        self._wall_clock_ms += ms
+        for task in self._tasks:
+            task.maybe_punctuate_wall_clock(self._wall_clock_ms)
+        self._complete_work()
+
+    @property
+    def wall_clock_ms(self) -> int:
+        return self._wall_clock_ms
+
+    # ------------------------------------------------------------- inspection
+    def get_key_value_store(self, name: str) -> KeyValueStore:
+        """The store ``name`` (of whichever task owns it)."""
+        for task in self._tasks:
+            if name in task.stores:
+                return task.stores[name].store
+        known = sorted(s for task in self._tasks for s in task.stores)
+        raise StoreError(f"no state store named {name!r} in the topology (stores: {known})")
+
+    def produced_topics(self) -> list[str]:
+        """Topics that received at least one record."""
+        return sorted(self._output)
+
+    def _take(self, topic: str) -> OutputRecord:
+        queue = self._output.get(topic)
+        if not queue:
+            raise NoSuchElementError(f"empty topic: {topic}")
+        return queue.popleft()
+
+    def _queue_size(self, topic: str) -> int:
+        return len(self._output.get(topic, ()))
+
+    # --------------------------------------------------------------- closing
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamsError("the TopologyTestDriver is closed")
+
+    def close(self) -> None:
+        """Close processors and stores and delete the temporary state directory."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for task in self._tasks:
+                task.close()
+        finally:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class TestInputTopic:
+    """Pipes records into one input topic of a :class:`TopologyTestDriver`."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        driver: TopologyTestDriver,
+        topic: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        start_timestamp: int,
+        auto_advance: int,
+    ) -> None:
+        self.topic = topic
+        self._driver = driver
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._current_time = start_timestamp
+        self._auto_advance = auto_advance
+
+    def pipe_input(
+        self,
+        key: Any,
+        value: Any,
+        timestamp: int | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Send one record; without ``timestamp`` the topic's current time is used."""
+        if timestamp is None:
+            timestamp = self._current_time
+            self._current_time += self._auto_advance
+        record = Record(key, value, timestamp, tuple(headers or ()))  # validates
+        self._driver._pipe(
+            self.topic,
+            self._key_serde.serialize(record.key),
+            self._value_serde.serialize(record.value),
+            record.timestamp,
+            record.headers,
+        )
+
+    def pipe_record(self, record: Record) -> None:
+        """Send a :class:`Record` as it is."""
+        self.pipe_input(record.key, record.value, record.timestamp, record.headers)
+
+    def pipe_key_value_list(self, pairs: Iterable[tuple[Any, Any]]) -> None:
+        """Send ``(key, value)`` pairs in order."""
+        for key, value in pairs:
+            self.pipe_input(key, value)
+
+    def pipe_value_list(self, values: Iterable[Any]) -> None:
+        """Send values with null keys, in order."""
+        for value in values:
+            self.pipe_input(None, value)
+
+    def advance_time(self, advance: int | timedelta) -> None:
+        """Move this topic's current time (used for records piped without a timestamp)."""
+        self._current_time += _to_ms(advance)
+
+
+class TestOutputTopic:
+    """Reads what the topology produced to one topic, in order, deserialized."""
+
+    __test__ = False
+
+    def __init__(
+        self, driver: TopologyTestDriver, topic: str, key_serde: Serde, value_serde: Serde
+    ) -> None:
+        self.topic = topic
+        self._driver = driver
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+
+    def read_record(self) -> Record:
+        """The next record (key, value, timestamp, headers); raises NoSuchElementError if none."""
+        raw = self._driver._take(self.topic)
+        return Record(
+            self._key_serde.deserialize(raw.key),
+            self._value_serde.deserialize(raw.value),
+            raw.timestamp,
+            raw.headers,
+        )
+
+    def read_key_value(self) -> KeyValue:
+        record = self.read_record()
+        return KeyValue(record.key, record.value)
+
+    def read_value(self) -> Any:
+        return self.read_record().value
+
+    def read_records_to_list(self) -> list[Record]:
+        records = []
+        while not self.is_empty():
+            records.append(self.read_record())
+        return records
+
+    def read_key_values_to_list(self) -> list[KeyValue]:
+        return [KeyValue(r.key, r.value) for r in self.read_records_to_list()]
+
+    def read_values_to_list(self) -> list[Any]:
+        return [r.value for r in self.read_records_to_list()]
+
+    def read_key_values_to_map(self) -> dict[Any, Any]:
+        """Latest value per key; a null key is an error (as in Kafka Streams)."""
+        result: dict[Any, Any] = {}
+        for record in self.read_records_to_list():
+            if record.key is None:
+                raise StreamsError(f"null key on topic {self.topic}: not allowed in a map")
+            result[record.key] = record.value
+        return result
+
+    def is_empty(self) -> bool:
+        return self._driver._queue_size(self.topic) == 0
+
+    def get_queue_size(self) -> int:
+        return self._driver._queue_size(self.topic)
