@@ -1,0 +1,193 @@
+"""Store suppliers and builders: ``Stores`` and ``StoreBuilder``, as in Kafka Streams."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from processor_api.errors import StoreError
+from processor_api.serdes import Serde
+from processor_api.state.base import BytesStore
+from processor_api.state.caching import DEFAULT_MAX_ENTRIES, CachingBytesStore
+from processor_api.state.changelogging import ChangeLoggingBytesStore
+from processor_api.state.in_memory import InMemoryBytesStore
+from processor_api.state.key_value import KeyValueStore
+from processor_api.state.rocksdb import RocksDBBytesStore
+
+
+class KeyValueBytesStoreSupplier:
+    """Makes the innermost byte store of a named store, once per task.
+
+    ``persistent`` suppliers (RocksDB) put the store at ``state_dir / "rocksdb" / name``, where
+    ``state_dir`` is the task's directory; in-memory suppliers ignore ``state_dir``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        persistent: bool,
+        factory: Callable[[str, Path | None], BytesStore],
+    ) -> None:
+        if not name:
+            raise StoreError("a state store needs a non-empty name")
+        self.name = name
+        self.persistent = persistent
+        self._factory = factory
+
+    def get(self, state_dir: Path | None = None) -> BytesStore:
+        """Create and open a new byte store (RocksDB needs ``state_dir``)."""
+        if self.persistent and state_dir is None:
+            raise StoreError(
+                f"persistent state store {self.name!r} needs a state directory (state_dir=None)"
+            )
+        return self._factory(self.name, state_dir)
+
+    def __repr__(self) -> str:
+        kind = "persistent" if self.persistent else "in-memory"
+        return f"KeyValueBytesStoreSupplier({self.name!r}, {kind})"
+
+
+def _rocksdb_factory(name: str, state_dir: Path | None) -> BytesStore:
+    assert state_dir is not None
+    return RocksDBBytesStore(name, Path(state_dir) / "rocksdb" / name)
+
+
+def _in_memory_factory(name: str, state_dir: Path | None) -> BytesStore:
+    return InMemoryBytesStore(name)
+
+
+@dataclass
+class StoreStack:
+    """One built store with every layer, as :meth:`StoreBuilder.build` returns it.
+
+    ``store`` is the typed facade handed to processors; ``inner`` the innermost byte store
+    (restore writes go there with ``put_all``, bypassing cache and change log); ``changelog``
+    and ``cache`` are the optional layers in between.
+    """
+
+    store: KeyValueStore
+    inner: BytesStore
+    changelog: ChangeLoggingBytesStore | None
+    cache: CachingBytesStore | None
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        return self.store.name
+
+    def flush(self) -> None:
+        """Flush the cache (so its writes reach the change log), then the inner store."""
+        self.store.flush()
+
+    def close(self) -> None:
+        """Close the store and all its layers (dirty cache entries are written back first)."""
+        self.store.close()
+
+
+class StoreBuilder:
+    """Builds a :class:`KeyValueStore` with its optional caching and change-logging layers.
+
+    Logging is on and caching off by default. The ``with_*`` methods return the builder.
+    """
+
+    def __init__(
+        self, supplier: KeyValueBytesStoreSupplier, key_serde: Serde, value_serde: Serde
+    ) -> None:
+        if key_serde is None or value_serde is None:
+            raise StoreError(f"state store {supplier.name!r} needs a key serde and a value serde")
+        self.supplier = supplier
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.logging_enabled = True
+        self.logging_config: dict[str, str] = {}
+        self.caching_enabled = False
+        self.cache_max_entries = DEFAULT_MAX_ENTRIES
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        return self.supplier.name
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the supplier makes a persistent (RocksDB) store."""
+        return self.supplier.persistent
+
+    def with_logging_enabled(self, config: dict | None = None) -> StoreBuilder:
+        """Log every write to the changelog topic; ``config`` holds extra topic configs."""
+        self.logging_enabled = True
+        self.logging_config = {str(k): str(v) for k, v in (config or {}).items()}
+        return self
+
+    def with_logging_disabled(self) -> StoreBuilder:
+        """Do not log writes: the store is not restored after a loss of local state."""
+        self.logging_enabled = False
+        self.logging_config = {}
+        return self
+
+    def with_caching_enabled(self, max_entries: int | None = None) -> StoreBuilder:
+        """Put a write-back cache (``max_entries`` dirty entries at most) in front of the store."""
+        if max_entries is not None and max_entries < 1:
+            raise StoreError(f"state store {self.name!r}: cache max_entries must be >= 1")
+        self.caching_enabled = True
+        self.cache_max_entries = DEFAULT_MAX_ENTRIES if max_entries is None else max_entries
+        return self
+
+    def with_caching_disabled(self) -> StoreBuilder:
+        """Write straight through to the store (and its change log)."""
+        self.caching_enabled = False
+        return self
+
+    def build(
+        self,
+        state_dir: Path | None = None,
+        timestamp_fn: Callable[[], int] = lambda: 0,
+        inner: BytesStore | None = None,
+    ) -> StoreStack:
+        """Open a new store instance with its layers (one per task).
+
+        ``state_dir`` is the task directory (needed by persistent stores); ``timestamp_fn``
+        stamps the change records. ``inner`` reuses an existing innermost byte store instead
+        of asking the supplier for a new one (e.g. an in-memory store kept by the worker
+        across task re-creations); it must be open.
+        """
+        if inner is None:
+            inner = self.supplier.get(state_dir)
+        elif not inner.is_open:
+            raise StoreError(f"state store {self.name!r}: the given inner store is closed")
+        layer: BytesStore = inner
+        changelog = cache = None
+        if self.logging_enabled:
+            layer = changelog = ChangeLoggingBytesStore(layer, timestamp_fn)
+        if self.caching_enabled:
+            layer = cache = CachingBytesStore(layer, self.cache_max_entries)
+        store = KeyValueStore(self.name, layer, self.key_serde, self.value_serde)
+        return StoreStack(store=store, inner=inner, changelog=changelog, cache=cache)
+
+    def __repr__(self) -> str:
+        return (
+            f"StoreBuilder({self.name!r}, persistent={self.persistent}, "
+            f"logging={self.logging_enabled}, caching={self.caching_enabled})"
+        )
+
+
+class Stores:
+    """Factory of store suppliers and builders (Kafka Streams' ``Stores``)."""
+
+    @staticmethod
+    def persistent_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """A RocksDB store on local disk, at ``<task dir>/rocksdb/<name>``."""
+        return KeyValueBytesStoreSupplier(name, True, _rocksdb_factory)
+
+    @staticmethod
+    def in_memory_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """An in-memory store (rebuilt from its change log after a restart)."""
+        return KeyValueBytesStoreSupplier(name, False, _in_memory_factory)
+
+    @staticmethod
+    def key_value_store_builder(
+        supplier: KeyValueBytesStoreSupplier, key_serde: Serde, value_serde: Serde
+    ) -> StoreBuilder:
+        """A builder for a typed key-value store over ``supplier``'s byte store."""
+        return StoreBuilder(supplier, key_serde, value_serde)

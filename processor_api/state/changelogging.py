@@ -1,0 +1,95 @@
+"""Change-logging layer: records every write so the runtime can send it to the changelog topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
+
+from processor_api.state.base import BytesStore
+
+
+class ChangeRecord(NamedTuple):
+    """One write to a store, as it goes to the changelog topic (``value=None``: tombstone)."""
+
+    key: bytes
+    value: bytes | None
+    timestamp: int
+
+
+class ChangeLoggingBytesStore(BytesStore):
+    """Forwards writes to ``inner`` and keeps a :class:`ChangeRecord` for each, in order.
+
+    The runtime calls :meth:`drain_changes` at commit time and produces the records to the
+    store's changelog partition. ``timestamp_fn`` gives each record its timestamp (the runtime
+    passes the current record's timestamp, as Kafka Streams does).
+    """
+
+    def __init__(self, inner: BytesStore, timestamp_fn: Callable[[], int] = lambda: 0) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.timestamp_fn = timestamp_fn
+        self._changes: list[ChangeRecord] = []
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the inner store is persistent."""
+        return self.inner.persistent
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the inner store is open."""
+        return self.inner.is_open
+
+    @property
+    def pending_change_count(self) -> int:
+        """Number of change records not yet drained."""
+        return len(self._changes)
+
+    def drain_changes(self) -> list[ChangeRecord]:
+        """Return the pending change records, oldest first, and forget them."""
+        changes, self._changes = self._changes, []
+        return changes
+
+    def get(self, key: bytes) -> bytes | None:
+        """Read from the inner store."""
+        return self.inner.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Write to the inner store and record the change (``None``: tombstone)."""
+        self.inner.put(key, value)
+        self._changes.append(ChangeRecord(key, value, self.timestamp_fn()))
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write all entries with one inner ``put_all`` and record each, in order."""
+        batch = list(entries)
+        self.inner.put_all(batch)
+        timestamp = self.timestamp_fn()
+        self._changes.extend(ChangeRecord(key, value, timestamp) for key, value in batch)
+
+    def delete(self, key: bytes) -> bytes | None:
+        """Delete from the inner store, record a tombstone, return the old value."""
+        old = self.inner.delete(key)
+        self._changes.append(ChangeRecord(key, None, self.timestamp_fn()))
+        return old
+
+    def range(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Read a range from the inner store."""
+        return self.inner.range(lo, hi, reverse)
+
+    def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Prefix scan on the inner store."""
+        return self.inner.prefix_scan(prefix)
+
+    def approximate_num_entries(self) -> int:
+        """The inner store's estimate."""
+        return self.inner.approximate_num_entries()
+
+    def flush(self) -> None:
+        """Flush the inner store (pending change records stay until drained)."""
+        self.inner.flush()
+
+    def close(self) -> None:
+        """Close the inner store; undrained change records stay drainable."""
+        self.inner.close()

@@ -1,0 +1,246 @@
+"""The typed key-value store handed to processors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from processor_api.errors import StoreError
+from processor_api.logging import get_logger
+from processor_api.serdes import Serde
+from processor_api.state.base import BytesStore, KeyValue
+
+_log = get_logger(__name__)
+
+_NO_PEEK = object()
+
+
+class KeyValueIterator(Iterator[KeyValue]):
+    """Iterator of :class:`KeyValue` returned by the range-type methods of a store.
+
+    Like Kafka Streams' ``KeyValueIterator``: it also offers :meth:`peek_next_key` and
+    :meth:`close`, and is a context manager. Using it after its store was closed raises
+    ``StoreError``.
+    """
+
+    __slots__ = ("_store", "_entries", "_peeked")
+
+    def __init__(self, store: KeyValueStore, entries: Iterator[tuple[bytes, bytes]]) -> None:
+        self._store = store
+        self._entries = entries
+        self._peeked: Any = _NO_PEEK
+
+    def __iter__(self) -> KeyValueIterator:
+        return self
+
+    def __next__(self) -> KeyValue:
+        store = self._store
+        if not store._open:
+            store._check_open()
+        if self._peeked is not _NO_PEEK:
+            entry, self._peeked = self._peeked, _NO_PEEK
+            return entry
+        key, value = next(self._entries)
+        return KeyValue(store._deserialize_key(key), store._deserialize_value(value))
+
+    def peek_next_key(self) -> Any:
+        """Return the key :func:`next` would return, without consuming it.
+
+        Raises ``StopIteration`` when there is no next entry.
+        """
+        if self._peeked is _NO_PEEK:
+            self._peeked = next(self)
+        return self._peeked.key
+
+    def close(self) -> None:
+        """Release the iterator early (optional: exhausting it releases it too)."""
+        close = getattr(self._entries, "close", None)
+        if close is not None:
+            close()
+        self._entries = iter(())
+        self._peeked = _NO_PEEK
+
+    def __enter__(self) -> KeyValueIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KeyValueStore:
+    """A key-value state store of Python objects, ordered by their serialized key bytes.
+
+    Keys and values are turned into bytes with ``key_serde`` and ``value_serde``; the order
+    of keys in ranges and scans is the unsigned byte order of the serialized keys (so, as in
+    Kafka Streams, ``Serdes.long()`` keys sort negative numbers after positive ones). ``None``
+    is not a valid key; a ``None`` value means "absent" (``put(k, None)`` deletes).
+    """
+
+    def __init__(
+        self, name: str, bytes_store: BytesStore, key_serde: Serde, value_serde: Serde
+    ) -> None:
+        self._name = name
+        self.bytes_store = bytes_store
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._open = True
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        return self._name
+
+    @property
+    def persistent(self) -> bool:
+        """True when the data lives on local disk (RocksDB)."""
+        return self.bytes_store.persistent
+
+    @property
+    def is_open(self) -> bool:
+        """True until :meth:`close`."""
+        return self._open and self.bytes_store.is_open
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if not self.is_open:
+            raise StoreError(f"state store {self._name!r} is closed")
+
+    def _serialize_key(self, key: Any) -> bytes:
+        if key is None:
+            raise StoreError(f"state store {self._name!r}: key must not be None")
+        return self.key_serde.serialize(key)  # type: ignore[return-value]
+
+    def _serialize_value(self, value: Any) -> bytes | None:
+        return self.value_serde.serialize(value)
+
+    def _deserialize_key(self, data: bytes) -> Any:
+        return self.key_serde.deserialize(data)
+
+    def _deserialize_value(self, data: bytes | None) -> Any:
+        return self.value_serde.deserialize(data)
+
+    def _bound(self, key: Any) -> bytes | None:
+        return None if key is None else self.key_serde.serialize(key)
+
+    def _iterator(self, lo: Any, hi: Any, reverse: bool) -> KeyValueIterator:
+        self._check_open()
+        lo_bytes, hi_bytes = self._bound(lo), self._bound(hi)
+        if lo_bytes is not None and hi_bytes is not None and lo_bytes > hi_bytes:
+            _log.warning(
+                "store_range_inverted",
+                store=self._name,
+                detail="lo is after hi once serialized; returning no entries",
+            )
+            return KeyValueIterator(self, iter(()))
+        return KeyValueIterator(self, self.bytes_store.range(lo_bytes, hi_bytes, reverse))
+
+    # ------------------------------------------------------------------ point access
+
+    def get(self, key: Any) -> Any:
+        """Return the value stored under ``key``, or ``None`` if there is none."""
+        self._check_open()
+        return self._deserialize_value(self.bytes_store.get(self._serialize_key(key)))
+
+    def put(self, key: Any, value: Any) -> None:
+        """Store ``value`` under ``key``; ``value=None`` deletes the key."""
+        self._check_open()
+        self.bytes_store.put(self._serialize_key(key), self._serialize_value(value))
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        """Store ``value`` only if ``key`` has no value; return the existing value or ``None``."""
+        self._check_open()
+        key_bytes = self._serialize_key(key)
+        existing = self.bytes_store.get(key_bytes)
+        if existing is None:
+            self.bytes_store.put(key_bytes, self._serialize_value(value))
+            return None
+        return self._deserialize_value(existing)
+
+    def put_all(self, entries: Iterable[tuple[Any, Any]]) -> None:
+        """Store every ``(key, value)`` pair, in order, as one bulk write (``None`` deletes)."""
+        self._check_open()
+        batch = [(self._serialize_key(k), self._serialize_value(v)) for k, v in entries]
+        self.bytes_store.put_all(batch)
+
+    def delete(self, key: Any) -> Any:
+        """Delete ``key`` and return the value it had, or ``None``."""
+        self._check_open()
+        return self._deserialize_value(self.bytes_store.delete(self._serialize_key(key)))
+
+    # ------------------------------------------------------------------ ordered access
+
+    def range(self, lo: Any = None, hi: Any = None) -> KeyValueIterator:
+        """Iterate the entries with ``lo <= key <= hi`` in ascending key order.
+
+        Both bounds are inclusive and compared as serialized bytes; ``None`` leaves that side
+        open. ``lo`` after ``hi`` gives an empty iterator (with a warning), as in Kafka Streams.
+        """
+        return self._iterator(lo, hi, False)
+
+    def reverse_range(self, lo: Any = None, hi: Any = None) -> KeyValueIterator:
+        """Like :meth:`range` (same bounds, ``lo <= hi``) in descending key order."""
+        return self._iterator(lo, hi, True)
+
+    def all(self) -> KeyValueIterator:
+        """Iterate every entry in ascending key order."""
+        return self._iterator(None, None, False)
+
+    def reverse_all(self) -> KeyValueIterator:
+        """Iterate every entry in descending key order."""
+        return self._iterator(None, None, True)
+
+    def prefix_scan(
+        self,
+        prefix: Any,
+        prefix_serializer: Serde | Callable[[Any], bytes] | None = None,
+    ) -> KeyValueIterator:
+        """Iterate, in ascending order, the entries whose serialized key starts with ``prefix``.
+
+        ``prefix`` is serialized with the key serde, or with ``prefix_serializer`` (a ``Serde``
+        or a function returning bytes) when given, e.g. to scan ``Serdes.string()`` keys of a
+        store whose keys are composite bytes.
+        """
+        self._check_open()
+        if prefix is None:
+            raise StoreError(f"state store {self._name!r}: prefix must not be None")
+        if prefix_serializer is None:
+            prefix_bytes = self.key_serde.serialize(prefix)
+        elif hasattr(prefix_serializer, "serialize"):
+            prefix_bytes = prefix_serializer.serialize(prefix)
+        else:
+            prefix_bytes = prefix_serializer(prefix)
+        if not isinstance(prefix_bytes, (bytes, bytearray, memoryview)):
+            raise StoreError(
+                f"state store {self._name!r}: prefix serializer returned "
+                f"{type(prefix_bytes).__name__}, expected bytes"
+            )
+        return KeyValueIterator(self, self.bytes_store.prefix_scan(bytes(prefix_bytes)))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def approximate_num_entries(self) -> int:
+        """Return an estimate of the number of entries (exact for in-memory stores)."""
+        self._check_open()
+        return self.bytes_store.approximate_num_entries()
+
+    def flush(self) -> None:
+        """Flush every layer: the cache (its writes reach the change log), then the store."""
+        self._check_open()
+        self.bytes_store.flush()
+
+    def close(self) -> None:
+        """Close the store and its layers (dirty cache entries are written back first).
+
+        Idempotent. Any later use of the store, or of its open iterators, raises ``StoreError``.
+        """
+        if not self._open:
+            return
+        self._open = False
+        self.bytes_store.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"KeyValueStore({self._name!r}, {state}, persistent={self.persistent})"

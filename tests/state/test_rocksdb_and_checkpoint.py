@@ -1,0 +1,128 @@
+"""RocksDB persistence and locking, and the checkpoint file."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from processor_api.errors import StoreError
+from processor_api.state import (
+    RocksDBBytesStore,
+    delete_checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
+
+
+def test_rocksdb_data_survives_close_and_reopen(tmp_path):
+    path = tmp_path / "nested" / "db"
+    store = RocksDBBytesStore("s", path)
+    store.put_all([(b"k%03d" % i, b"v%d" % i) for i in range(300)])
+    store.put(b"k007", None)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreError, match="'s' is closed"):
+        store.get(b"k001")
+    store = RocksDBBytesStore("s", path)
+    assert store.get(b"k001") == b"v1"
+    assert store.get(b"k007") is None
+    assert len(list(store.range(None, None))) == 299
+    store.close()
+
+
+def test_second_open_while_open_fails_with_store_error(tmp_path):
+    store = RocksDBBytesStore("s", tmp_path / "db")
+    with pytest.raises(StoreError, match="cannot open RocksDB store 's'"):
+        RocksDBBytesStore("s", tmp_path / "db")
+    store.close()
+
+
+def test_close_releases_the_lock_for_another_process(tmp_path):
+    path = tmp_path / "db"
+    store = RocksDBBytesStore("s", path)
+    store.put_all([(b"%04d" % i, b"x") for i in range(500)])
+    unfinished = store.range(None, None)
+    assert next(unfinished) == (b"0000", b"x")  # iterators left open must not pin the DB
+    unstarted = store.range(b"0100", None, reverse=True)
+    prefixed = store.prefix_scan(b"01")
+    assert next(prefixed) == (b"0100", b"x")
+    store.close()
+    script = textwrap.dedent(
+        f"""
+        import rocksdict
+        db = rocksdict.Rdict({str(path)!r}, rocksdict.Options(raw_mode=True))
+        assert db.get(b"0499") == b"x"
+        db.put(b"from-child", b"1")
+        db.close()
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    for iterator in (unfinished, unstarted, prefixed):
+        with pytest.raises(StoreError, match="closed"):
+            next(iterator)
+    store = RocksDBBytesStore("s", path)
+    assert store.get(b"from-child") == b"1"
+    store.close()
+
+
+def test_destroy_removes_the_store_directory(tmp_path):
+    path = tmp_path / "db"
+    store = RocksDBBytesStore("s", path)
+    store.put(b"k", b"v")
+    store.close()
+    RocksDBBytesStore.destroy(path)
+    assert not path.exists()
+    RocksDBBytesStore.destroy(path)  # absent: no-op
+    store = RocksDBBytesStore("s", path)
+    assert store.get(b"k") is None
+    store.close()
+
+
+def test_checkpoint_round_trip(tmp_path):
+    path = tmp_path / "app" / "0_1" / ".checkpoint"
+    assert read_checkpoint(path) == {}
+    offsets = {("app-counts-changelog", 1): 1234, ("app-other-changelog", 1): 0}
+    write_checkpoint(path, offsets)
+    assert read_checkpoint(path) == offsets
+    assert path.read_text() == "0\n2\napp-counts-changelog 1 1234\napp-other-changelog 1 0\n"
+    write_checkpoint(path, {("app-counts-changelog", 1): 2000})
+    assert read_checkpoint(path) == {("app-counts-changelog", 1): 2000}
+    assert [p.name for p in path.parent.iterdir()] == [".checkpoint"], "no temp file left"
+    write_checkpoint(path, {})
+    assert read_checkpoint(path) == {}
+    delete_checkpoint(path)
+    assert not path.exists()
+    delete_checkpoint(path)  # absent: no-op
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "why"),
+    [
+        ("", 1, "empty file"),
+        ("1\n0\n", 1, "unsupported version"),
+        ("0\n", 2, "missing the entry count"),
+        ("0\ntwo\n", 2, "entry count 'two' is not an integer"),
+        ("0\n2\nt 0 5\n", 4, "file ends after 1 of 2 entries"),
+        ("0\n1\nt 0 5\nt 1 6\n", 4, "more entries than the count"),
+        ("0\n2\nt 0 5\nt 1\n", 4, "expected 'topic partition offset'"),
+        ("0\n1\nt x 5\n", 3, "partition and offset must be integers"),
+    ],
+)
+def test_corrupt_checkpoint_names_file_and_line(tmp_path, content, line, why):
+    path = tmp_path / ".checkpoint"
+    path.write_text(content)
+    with pytest.raises(StoreError, match=f"{re.escape(str(path))} at line {line}: {why}"):
+        read_checkpoint(path)
+
+
+def test_checkpoint_rejects_invalid_entries_on_write(tmp_path):
+    with pytest.raises(StoreError, match="invalid topic"):
+        write_checkpoint(tmp_path / "c", {("bad topic", 0): 1})
+    with pytest.raises(StoreError, match="invalid partition/offset"):
+        write_checkpoint(tmp_path / "c", {("t", 0): -1})
+    assert not (tmp_path / "c").exists()
