@@ -86,3 +86,18 @@ class TopicMismatchError(StreamsError):
 
 class DeliveryError(StreamsError):
     """Records could not be produced: a delivery failed or was not acknowledged in time."""
+
+
+class SourceReadError(StreamsError):
+    """The Kafka source could not read a planned offset range; names topic, partition, offset."""
+
+    def __init__(
+        self, message: str, *, topic: str, partition: int, offset: int | None = None
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        where = f"topic={topic}, partition={partition}"
+        if offset is not None:
+            where += f", offset={offset}"
+        super().__init__(f"{message} ({where})")

@@ -1,0 +1,231 @@
+"""A safely configured confluent-kafka producer and a tracker of its deliveries.
+
+``make_producer`` sets idempotence, ``acks=all``, Java-compatible key partitioning
+(``murmur2_random``) and a bounded ``message.timeout.ms``, so a dead broker fails deliveries in
+bounded time instead of retrying for five minutes.
+
+``DeliveryTracker`` wraps ``Producer.produce`` for code that must know, before it reports a batch
+done, that every record was acknowledged: it records the first delivery error and the highest
+acknowledged offset per partition; ``flush_and_check`` raises ``DeliveryError`` naming topic,
+partition and cause when anything failed or was not acknowledged in time.
+
+Note: librdkafka treats a record timestamp of 0 as "now", so a record cannot be produced with
+timestamp 0 (it gets the producer's wall clock); the tracker logs a warning when asked to.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from processor_api.errors import DeliveryError, StreamsError
+from processor_api.kafka.admin import client_config
+from processor_api.logging import get_logger
+
+_log = get_logger(__name__)
+
+#: Delivery timeout: how long librdkafka retries a record before reporting it failed.
+DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
+#: Transaction timeout of transactional producers (must be >= message.timeout.ms).
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+
+def make_producer(
+    bootstrap_servers: str,
+    *,
+    transactional_id: str | None = None,
+    extra_config: Mapping[str, Any] | None = None,
+) -> Producer:
+    """A ``confluent_kafka.Producer`` configured for safe, ordered, Java-compatible delivery.
+
+    ``transactional_id`` makes it transactional (call ``init_transactions()`` before use).
+    ``extra_config`` entries override the defaults.
+    """
+    config = client_config(
+        bootstrap_servers,
+        "producer" if transactional_id is None else f"producer:{transactional_id}",
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "max.in.flight.requests.per.connection": 5,
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 100_000,
+            "queue.buffering.max.kbytes": 262_144,
+            "message.timeout.ms": DEFAULT_MESSAGE_TIMEOUT_MS,
+            "request.timeout.ms": 10_000,
+            "socket.keepalive.enable": True,
+        },
+    )
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
+        config["transaction.timeout.ms"] = DEFAULT_TRANSACTION_TIMEOUT_MS
+    config.update(extra_config or {})
+    return Producer(config)
+
+
+Headers = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
+
+
+class DeliveryTracker:
+    """Produces through ``producer`` and keeps track of what was acknowledged.
+
+    Not thread-safe for concurrent ``produce`` calls from several threads; delivery callbacks
+    run inside ``poll``/``flush`` of the calling thread.
+    """
+
+    def __init__(self, producer: Producer, *, buffer_full_timeout_s: float = 60.0) -> None:
+        self._producer = producer
+        self._buffer_full_timeout_s = buffer_full_timeout_s
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._pending_by_topic: Counter[str] = Counter()
+        self._delivered = 0
+        self._failed = 0
+        self._first_error: tuple[str, int, KafkaError] | None = None
+        self._acked: dict[tuple[str, int], int] = {}
+        self._warned_zero_timestamp = False
+
+    @property
+    def producer(self) -> Producer:
+        """The wrapped producer."""
+        return self._producer
+
+    @property
+    def pending(self) -> int:
+        """Records handed to the producer whose delivery was not reported yet."""
+        return self._pending
+
+    @property
+    def delivered(self) -> int:
+        """Records acknowledged by the broker so far."""
+        return self._delivered
+
+    @property
+    def failed(self) -> int:
+        """Records whose delivery failed so far."""
+        return self._failed
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        topic, partition = message.topic(), message.partition()
+        with self._lock:
+            self._pending -= 1
+            self._pending_by_topic[topic] -= 1
+            if error is not None:
+                self._failed += 1
+                if self._first_error is None:
+                    self._first_error = (topic, partition, error)
+                return
+            self._delivered += 1
+            key = (topic, partition)
+            offset = message.offset()
+            if offset is not None and offset >= 0 and offset + 1 > self._acked.get(key, 0):
+                self._acked[key] = offset + 1
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        """Hand one record to the producer (asynchronous; see :meth:`flush_and_check`).
+
+        ``partition=None`` lets the producer's partitioner choose (murmur2 of the key).
+        ``timestamp`` is epoch milliseconds (None: now). When the local queue is full the
+        producer is polled until there is room, for at most ``buffer_full_timeout_s``.
+        """
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if timestamp is not None:
+            if timestamp == 0 and not self._warned_zero_timestamp:
+                self._warned_zero_timestamp = True
+                _log.warning(
+                    "timestamp_zero_becomes_now",
+                    topic=topic,
+                    detail="librdkafka replaces a record timestamp of 0 by the current time",
+                )
+            kwargs["timestamp"] = timestamp
+        if headers:
+            kwargs["headers"] = (
+                list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+            )
+        with self._lock:  # counted before produce(): its callback can only come later
+            self._pending += 1
+            self._pending_by_topic[topic] += 1
+        deadline: float | None = None
+        try:
+            while True:
+                try:
+                    self._producer.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = now + self._buffer_full_timeout_s
+                    elif now >= deadline:
+                        raise DeliveryError(
+                            f"producer queue stayed full for {self._buffer_full_timeout_s:g}s "
+                            f"while producing to topic {topic!r}: "
+                            f"{self._pending - 1} record(s) unacknowledged"
+                        ) from None
+                    self._producer.poll(0.05)
+        except BaseException:
+            with self._lock:
+                self._pending -= 1
+                self._pending_by_topic[topic] -= 1
+            raise
+        self._producer.poll(0)
+
+    def flush_and_check(self, timeout_s: float = 30.0) -> None:
+        """Wait until every record was acknowledged; raise ``DeliveryError`` otherwise.
+
+        The error names the topic, partition and cause of the first failed delivery, or how
+        many records were still unacknowledged when ``timeout_s`` ran out.
+        """
+        remaining = self._producer.flush(timeout_s)
+        if self._first_error is not None:
+            topic, partition, error = self._first_error
+            fatal = " (fatal: the producer must be recreated)" if error.fatal() else ""
+            raise DeliveryError(
+                f"delivery to topic {topic!r} partition {partition} failed: "
+                f"{error.name()}: {error.str()}{fatal}; {self._failed} record(s) failed in total"
+            )
+        if remaining > 0 or self._pending > 0:
+            with self._lock:
+                topics = sorted(t for t, n in self._pending_by_topic.items() if n > 0)
+            raise DeliveryError(
+                f"{max(remaining, self._pending)} record(s) to topic(s) "
+                f"{', '.join(repr(t) for t in topics) or '?'} were not acknowledged within "
+                f"{timeout_s:g}s"
+            )
+
+    def acked_end_offsets(self) -> dict[tuple[str, int], int]:
+        """Per ``(topic, partition)``: the last acknowledged offset + 1."""
+        with self._lock:
+            return dict(self._acked)
+
+    def reset(self) -> None:
+        """Forget errors and acknowledged offsets (e.g. at the start of a new batch).
+
+        Raises ``StreamsError`` while deliveries are still pending.
+        """
+        with self._lock:
+            if self._pending:
+                raise StreamsError(
+                    f"cannot reset a DeliveryTracker with {self._pending} pending deliveries"
+                )
+            self._first_error = None
+            self._failed = 0
+            self._delivered = 0
+            self._acked.clear()
