@@ -1,0 +1,459 @@
+"""Runs a topology on Spark Structured Streaming (driver side).
+
+One streaming query per run::
+
+    Kafka source (every source topic, repartition topics included)   ∪   task bootstrap rows
+        -> column task = "<subtopology>_<partition>"
+        -> groupBy(task).applyInPandasWithState(run_task, ProcessingTimeTimeout)
+        -> foreachBatch: per-batch statistics (logged), positions for --available-now
+
+``GroupState`` holds each task's committed metadata (input positions, stream time,
+punctuation schedules, changelog offsets); the processing-time timeout wakes idle tasks so
+wall-clock punctuation fires without input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from processor_api.errors import ConfigError, StreamsError
+from processor_api.kafka.admin import check_broker
+from processor_api.kafka.offsets import end_offsets
+from processor_api.logging import get_logger
+from processor_api.runtime.config import StreamsConfig
+from processor_api.runtime.spark_task import OUTPUT_SCHEMA, STATE_SCHEMA, JobSpec, run_task
+from processor_api.runtime.topics import TopicPlan, create_topics, plan_topics
+from processor_api.topology import Topology
+
+_log = get_logger("processor_api.runner")
+
+STOP_GRACE_S = 60.0
+
+
+@dataclass
+class RunSettings:
+    """How to run a topology (the ``run-topology`` flags)."""
+
+    bootstrap_servers: str
+    application_id: str = "processor-api-app"
+    state_dir: str = "./state"
+    checkpoint_dir: str | None = None
+    master: str = "local[*]"
+    processing_guarantee: str = "at_least_once"
+    trigger_interval_s: float = 1.0
+    available_now: bool = False
+    max_records_per_batch: int = 200_000
+    config: dict[str, Any] = field(default_factory=dict)
+    log_format: str = "console"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def resolved_checkpoint_dir(self) -> str:
+        if self.checkpoint_dir:
+            return self.checkpoint_dir
+        return str(Path(self.state_dir) / self.application_id / "_spark_checkpoint")
+
+
+@dataclass
+class RunResult:
+    """What a finished run did."""
+
+    batches: int = 0
+    records: int = 0
+    outputs: int = 0
+    changelog_records: int = 0
+    restored: int = 0
+    duration_s: float = 0.0
+
+
+class _Progress:
+    """Batch statistics collected by ``foreachBatch`` (runs on a py4j callback thread)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.result = RunResult()
+        self.positions: dict[tuple[str, int], int] = {}
+        self.completed_batches: set[int] = set()
+
+    def on_batch(self, frame: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        rows = frame.collect()
+        with self.lock:
+            records = sum(r["records"] for r in rows)
+            outputs = sum(r["outputs"] for r in rows)
+            changelog = sum(r["changelog_records"] for r in rows)
+            restored = sum(r["restored"] for r in rows)
+            for row in rows:
+                partition = int(row["task"].split("_", 1)[1])
+                for topic, position in json.loads(row["positions"]).items():
+                    key = (topic, partition)
+                    self.positions[key] = max(self.positions.get(key, 0), int(position))
+            result = self.result
+            result.batches += 1
+            result.records += records
+            result.outputs += outputs
+            result.changelog_records += changelog
+            result.restored += restored
+            self.completed_batches.add(batch_id)
+        if records or outputs or restored:
+            _log.info(
+                "batch_done", batch=batch_id, tasks=len(rows), records=records, outputs=outputs,
+                changelog_records=changelog, restored=restored,
+                max_task_ms=round(max((r["duration_ms"] for r in rows), default=0.0), 1),
+                collect_ms=round((time.monotonic() - started) * 1000, 1),
+            )
+
+
+def _python_path() -> str:
+    entries = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
+    existing = os.environ.get("PYTHONPATH")
+    if existing:
+        entries.append(existing)
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
+def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -> Any:
+    """A SparkSession for the run (workers can import the driver's modules)."""
+    from pyspark.sql import SparkSession
+
+    python_path = _python_path()
+    os.environ["PYTHONPATH"] = python_path
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(max(1, task_count)))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.executorEnv.PYTHONPATH", python_path)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.sql.streaming.stopTimeout", str(int(STOP_GRACE_S * 1000)))
+        .config("spark.sql.adaptive.enabled", "false")
+    )
+    for key, value in settings.spark_conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+_PYTHON_ERROR = re.compile(
+    r"^\s*((?:processor_api\.errors\.)?\w*(?:Error|Exception)): (.+)$", re.MULTILINE
+)
+
+
+def explain_failure(exc: BaseException) -> str:
+    """The most useful line of a Spark failure: the Python error raised in the task."""
+    text = str(exc)
+    matches = [m for m in _PYTHON_ERROR.finditer(text) if "py4j" not in m.group(1).lower()]
+    for match in reversed(matches):
+        if "processor_api" in match.group(1) or match.group(1).endswith(
+            ("ProcessingError", "StreamsError", "DeliveryError", "StoreError")
+        ):
+            return f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2).strip()}"
+    if matches:
+        return f"{matches[-1].group(1)}: {matches[-1].group(2).strip()}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class TopologyRunner:
+    """Runs one topology as one Spark streaming query.
+
+    ``topology`` is a :class:`Topology` or a ``"module:function"`` reference (preferred:
+    executors import it instead of unpickling user classes).
+    """
+
+    def __init__(
+        self,
+        topology: Topology | str,
+        settings: RunSettings,
+        *,
+        topology_kwargs: dict[str, Any] | None = None,
+        spark: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.config = StreamsConfig.from_dict(
+            {
+                **settings.config,
+                "application_id": settings.application_id,
+                "processing_guarantee": settings.processing_guarantee,
+            }
+        )
+        self._topology_kwargs = dict(topology_kwargs or {})
+        if isinstance(topology, str):
+            from processor_api.runtime.loader import load_topology
+
+            self._topology_ref: str | None = topology
+            self.topology = load_topology(topology, self._topology_kwargs)
+        else:
+            self._topology_ref = None
+            self.topology = topology
+        self._spark = spark
+        self._own_spark = spark is None
+        self._query: Any = None
+        self._progress = _Progress()
+        self._stop_requested = threading.Event()
+        self.plan: TopicPlan | None = None
+
+    # --------------------------------------------------------------- prepare
+    def prepare(self) -> TopicPlan:
+        """Check the broker, plan and create topics. Errors are clear and fast."""
+        check_broker(self.settings.bootstrap_servers)
+        plan = plan_topics(
+            self.topology, self.settings.bootstrap_servers, self.config.application_id
+        )
+        create_topics(plan, self.settings.bootstrap_servers)
+        self.plan = plan
+        _log.info(
+            "topology_planned", application_id=self.config.application_id,
+            tasks=len(plan.task_ids), sources=sorted(plan.external_sources),
+            repartition=sorted(plan.internal), changelogs=sorted(plan.changelogs),
+        )
+        return plan
+
+    def _job_spec(self) -> JobSpec:
+        pickled = None
+        if self._topology_ref is None:
+            from pyspark import cloudpickle
+
+            pickled = cloudpickle.dumps(self.topology)
+        return JobSpec(
+            run_id=uuid.uuid4().hex,
+            topology_ref=self._topology_ref,
+            topology_kwargs=self._topology_kwargs,
+            topology_pickle=pickled,
+            bootstrap_servers=self.settings.bootstrap_servers,
+            state_dir=str(Path(self.settings.state_dir).resolve()),
+            config={
+                "application_id": self.config.application_id,
+                "processing_guarantee": self.config.processing_guarantee,
+                "deserialization_exception_handler":
+                    self.config.deserialization_exception_handler,
+                "processing_exception_handler": self.config.processing_exception_handler,
+                "dead_letter_topic": self.config.dead_letter_topic,
+                **self.config.extra,
+            },
+            log_format=self.settings.log_format,
+        )
+
+    # ----------------------------------------------------------------- start
+    def start(self, end_offsets_cap: dict[tuple[str, int], int] | None = None) -> Any:
+        """Start the streaming query (prepares topics first if needed)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        from processor_api.kafka.spark_source import KafkaDataSource
+        from processor_api.runtime.bootstrap_source import BOOTSTRAP_FORMAT, TaskBootstrapSource
+
+        plan = self.plan or self.prepare()
+        if self._spark is None:
+            self._spark = build_spark_session(
+                self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
+            )
+        spark = self._spark
+        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(TaskBootstrapSource)
+
+        reader = (
+            spark.readStream.format(KafkaDataSource.name())
+            .option("bootstrap.servers", self.settings.bootstrap_servers)
+            .option("topics", ",".join(plan.source_topics))
+            .option("max.records.per.batch", str(self.settings.max_records_per_batch))
+            .option("starting.offsets", self._starting_offsets())
+            .option(
+                "isolation.level",
+                "read_committed"
+                if self.config.processing_guarantee == "exactly_once_v2"
+                else "read_uncommitted",
+            )
+        )
+        if end_offsets_cap:
+            caps: dict[str, dict[str, int]] = {}
+            for (topic, partition), offset in end_offsets_cap.items():
+                caps.setdefault(topic, {})[str(partition)] = offset
+            reader = reader.option("end.offsets", json.dumps(caps))
+        records = reader.load()
+        mapping = F.create_map(
+            *[
+                item
+                for topic, sub in plan.topic_to_subtopology.items()
+                for item in (F.lit(topic), F.lit(str(sub)))
+            ]
+        )
+        task_column = F.concat(
+            F.element_at(mapping, F.col("topic")), F.lit("_"), F.col("partition").cast("string")
+        )
+        columns = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+        keyed = records.select(task_column.alias("task"), *columns)
+        bootstrap = (
+            spark.readStream.format(BOOTSTRAP_FORMAT)
+            .option("tasks", json.dumps(plan.task_ids))
+            .load()
+        )
+        rows = keyed.unionByName(bootstrap.select("task", *columns))
+        results = rows.groupBy("task").applyInPandasWithState(
+            partial(run_task, self._job_spec()),
+            outputStructType=OUTPUT_SCHEMA,
+            stateStructType=STATE_SCHEMA,
+            outputMode="append",
+            timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
+        )
+        self._query = (
+            results.writeStream.foreachBatch(self._progress.on_batch)
+            .option("checkpointLocation", self.settings.resolved_checkpoint_dir)
+            .trigger(processingTime=f"{self.settings.trigger_interval_s} seconds")
+            .queryName(re.sub(r"\W", "_", self.config.application_id))
+            .start()
+        )
+        _log.info(
+            "query_started", application_id=self.config.application_id,
+            master=self.settings.master, checkpoint=self.settings.resolved_checkpoint_dir,
+            state_dir=self.settings.state_dir, guarantee=self.config.processing_guarantee,
+        )
+        return self._query
+
+    def _starting_offsets(self) -> str:
+        policies = {
+            node.offset_reset for node in self.topology.nodes.values()
+            if hasattr(node, "offset_reset")
+        }
+        return "latest" if policies == {"latest"} else "earliest"
+
+    # ------------------------------------------------------------------- run
+    def run(self) -> RunResult:
+        """Run until stopped (SIGTERM/SIGINT or :meth:`request_stop`), or, with
+        ``available_now``, until everything in the input topics at start went through every
+        sub-topology. Raises :class:`StreamsError` with the task's error if the query fails."""
+        started = time.monotonic()
+        plan = self.plan or self.prepare()
+        cap: dict[tuple[str, int], int] | None = None
+        if self.settings.available_now:
+            cap = end_offsets(
+                self.settings.bootstrap_servers,
+                [(t, p) for t, n in plan.external_sources.items() for p in range(n)],
+            )
+            _log.info("available_now_targets", end_offsets=sum(cap.values()), partitions=len(cap))
+        restore_handlers = self._install_signal_handlers()
+        try:
+            query = self.start(end_offsets_cap=cap)
+            while True:
+                if query.awaitTermination(0.2):
+                    break
+                if self._stop_requested.is_set():
+                    self._graceful_stop()
+                    break
+                if cap is not None and self._available_now_done(cap):
+                    _log.info("available_now_complete")
+                    self._graceful_stop()
+                    break
+            error = query.exception()
+            if error is not None:
+                raise StreamsError(f"the streaming query failed: {explain_failure(error)}") from None
+        finally:
+            restore_handlers()
+            self.close()
+        result = self._progress.result
+        result.duration_s = time.monotonic() - started
+        _log.info(
+            "run_finished", batches=result.batches, records=result.records,
+            outputs=result.outputs, changelog_records=result.changelog_records,
+            restored=result.restored, duration_s=round(result.duration_s, 2),
+        )
+        return result
+
+    def _available_now_done(self, cap: dict[tuple[str, int], int]) -> bool:
+        """Done when every capped input and every repartition partition is fully processed."""
+        assert self.plan is not None
+        with self._progress.lock:
+            if not self._progress.completed_batches:
+                return False
+            positions = dict(self._progress.positions)
+        if self._query is not None and self._query.status.get("isTriggerActive"):
+            return False
+        for key, target in cap.items():
+            if positions.get(key, 0) < target and not self._all_markers(key, positions, target):
+                return False
+        internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
+        if internal:
+            ends = end_offsets(self.settings.bootstrap_servers, internal)
+            for key, target in ends.items():
+                if positions.get(key, 0) < target and not self._all_markers(key, positions, target):
+                    return False
+        return True
+
+    def _all_markers(self, key: tuple[str, int], positions: dict, target: int) -> bool:
+        """Whether the source already read up to ``target`` (the rest may be markers)."""
+        progress = self._query.lastProgress if self._query is not None else None
+        if not progress:
+            return False
+        for source in progress.get("sources", []):
+            try:
+                end = json.loads(source.get("endOffset") or "null")
+            except (TypeError, ValueError):
+                continue
+            if isinstance(end, dict):
+                offset = (end.get(key[0]) or {}).get(str(key[1]))
+                if offset is not None and int(offset) >= target:
+                    return True
+        return False
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop after the batch in flight."""
+        self._stop_requested.set()
+
+    def _graceful_stop(self) -> None:
+        """Let the running micro-batch finish (bounded), then stop the query."""
+        query = self._query
+        if query is None:
+            return
+        deadline = time.monotonic() + STOP_GRACE_S
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        query.stop()
+        _log.info("query_stopped", application_id=self.config.application_id)
+
+    def _install_signal_handlers(self):  # noqa: ANN202
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {}
+
+        def handler(signum: int, frame: Any) -> None:
+            _log.info("stop_requested", signal=signal.Signals(signum).name)
+            self._stop_requested.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore
+
+    def close(self) -> None:
+        """Stop the query if running; stop the SparkSession if this runner created it."""
+        if self._query is not None and self._query.isActive:
+            self._query.stop()
+        if self._own_spark and self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+def run_topology(
+    topology: Topology | str, settings: RunSettings, **kwargs: Any
+) -> RunResult:
+    """Convenience: plan, start and run a topology to completion."""
+    if settings.trigger_interval_s <= 0:
+        raise ConfigError(f"trigger interval must be > 0 s, got {settings.trigger_interval_s}")
+    return TopologyRunner(topology, settings, **kwargs).run()

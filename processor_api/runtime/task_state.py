@@ -1,0 +1,283 @@
+"""A task's local state on an executor: directory, lock, stores, checkpoint and restore.
+
+Layout: ``<state-dir>/<application.id>/<task>/`` holds ``.lock``, ``.checkpoint`` (Kafka
+Streams' OffsetCheckpoint format: changelog topic, partition, offset) and ``rocksdb/<store>``.
+
+The committed state (Spark's GroupState) says, per store, the changelog end offset the
+store must match. On open, the local copy is compared with it:
+
+* local position == committed: use it as it is;
+* local position < committed, or no local copy: replay the changelog from the local position
+  (0 for a missing store) up to the committed offset;
+* local position > committed (a failed attempt wrote ahead), or unknown (the checkpoint was
+  invalidated by an attempt that died mid-batch): wipe the store and replay from 0.
+
+The checkpoint is deleted before the first write of a batch and written again once the batch's
+changelog records are acknowledged, so a crash in between is always detected.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from processor_api.errors import StreamsError
+from processor_api.logging import get_logger
+from processor_api.state.base import BytesStore
+from processor_api.state.builder import StoreBuilder, StoreStack
+from processor_api.state.checkpoint import delete_checkpoint, read_checkpoint, write_checkpoint
+from processor_api.state.in_memory import InMemoryBytesStore
+
+_log = get_logger("processor_api.task_state")
+
+LOCK_TIMEOUT_S = 120.0
+TASK_DIR_PATTERN = re.compile(r"\d+_\d+")
+
+# In-memory stores live as long as the Python worker: (app, task, store) -> (store, position).
+_IN_MEMORY: dict[tuple[str, str, str], tuple[InMemoryBytesStore, int]] = {}
+_IN_MEMORY_GUARD = threading.Lock()
+
+
+def changelog_topic(application_id: str, store_name: str) -> str:
+    """Kafka Streams' changelog topic name of a store."""
+    return f"{application_id}-{store_name}-changelog"
+
+
+def task_directory(state_dir: str | os.PathLike[str], application_id: str, task_id: str) -> Path:
+    return Path(state_dir) / application_id / task_id
+
+
+class TaskLock:
+    """An exclusive ``flock`` on the task directory: one writer per task across processes."""
+
+    def __init__(self, directory: Path, task_id: str, timeout_s: float = LOCK_TIMEOUT_S) -> None:
+        self._path = directory / ".lock"
+        self._task_id = task_id
+        self._timeout_s = timeout_s
+        self._fd: int | None = None
+
+    def __enter__(self) -> TaskLock:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise StreamsError(
+                        f"task {self._task_id}: state directory {self._path.parent} stayed "
+                        f"locked by another process for {self._timeout_s:g}s"
+                    ) from None
+                time.sleep(0.05)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+ChangelogReader = Callable[[str, int, int, int, Callable[[list], None]], int]
+"""``reader(topic, partition, start, end, apply_batch) -> records`` replays [start, end)."""
+
+
+class TaskStores:
+    """Opens, validates, restores and checkpoints the stores of one task."""
+
+    def __init__(
+        self,
+        *,
+        application_id: str,
+        task_id: str,
+        partition: int,
+        directory: Path,
+        builders: Mapping[str, StoreBuilder],
+        timestamp_fn: Callable[[], int],
+    ) -> None:
+        self.application_id = application_id
+        self.task_id = task_id
+        self.partition = partition
+        self.directory = directory
+        self.checkpoint_path = directory / ".checkpoint"
+        self._builders = dict(builders)
+        self._timestamp_fn = timestamp_fn
+        self.stacks: dict[str, StoreStack] = {}
+        self._had_local_copy: dict[str, bool] = {}
+        self._log = _log.bind(task=task_id)
+
+    # ------------------------------------------------------------------- open
+    def build(self, builder: StoreBuilder, timestamp_fn: Callable[[], int]) -> StoreStack:
+        """Store factory for :class:`~processor_api.runtime.task.Task`."""
+        self._timestamp_fn = timestamp_fn
+        if builder.persistent:
+            self._had_local_copy.setdefault(builder.name, self._store_files_exist(builder.name))
+            stack = builder.build(state_dir=self.directory, timestamp_fn=timestamp_fn)
+        else:
+            stack = builder.build(
+                state_dir=None, timestamp_fn=timestamp_fn, inner=self._in_memory(builder.name)
+            )
+        self.stacks[builder.name] = stack
+        return stack
+
+    def _in_memory(self, name: str) -> BytesStore:
+        key = (self.application_id, self.task_id, name)
+        with _IN_MEMORY_GUARD:
+            entry = _IN_MEMORY.get(key)
+            if entry is None or not entry[0].is_open:
+                entry = (InMemoryBytesStore(name), 0)
+                _IN_MEMORY[key] = entry
+        return entry[0]
+
+    def local_positions(self) -> dict[str, int | None]:
+        """Per logged store, the changelog offset the local copy holds (None: unknown)."""
+        checkpoint = read_checkpoint(self.checkpoint_path)
+        positions: dict[str, int | None] = {}
+        for name, builder in self._builders.items():
+            if not builder.logging_enabled:
+                continue
+            if builder.persistent:
+                topic = changelog_topic(self.application_id, name)
+                positions[name] = checkpoint.get((topic, self.partition))
+            else:
+                entry = _IN_MEMORY.get((self.application_id, self.task_id, name))
+                position = entry[1] if entry is not None else 0
+                positions[name] = position if position >= 0 else None
+        return positions
+
+    def restore(self, committed: Mapping[str, int], reader: ChangelogReader) -> dict[str, int]:
+        """Bring every logged store in line with the committed changelog offsets.
+
+        Returns the number of changelog records replayed per store.
+        """
+        local = self.local_positions()
+        replayed: dict[str, int] = {}
+        for name, stack in self.stacks.items():
+            if name not in local:
+                continue  # logging disabled: nothing to restore from
+            target = committed.get(name, 0)
+            position = local[name]
+            persistent = self._builders[name].persistent
+            if position is None and persistent and not self._had_local_copy.get(name, False):
+                position = 0  # no local copy at all
+            if position is not None and position == target:
+                continue
+            if position is None or position > target:
+                reason = "unknown local position" if position is None else "local copy ahead"
+                self._log.warning(
+                    "store_wipe", store=name, local_offset=position, committed_offset=target,
+                    reason=reason,
+                )
+                stack = self._wipe(name)
+                position = 0
+            if target > position:
+                replayed[name] = self._replay(name, stack, position, target, reader)
+            self._set_in_memory_position(name, target)
+        return replayed
+
+    def _store_files_exist(self, name: str) -> bool:
+        return (self.directory / "rocksdb" / name).exists()
+
+    def _wipe(self, name: str) -> StoreStack:
+        builder = self._builders[name]
+        old = self.stacks[name]
+        old.inner.close()
+        if builder.persistent:
+            shutil.rmtree(self.directory / "rocksdb" / name, ignore_errors=True)
+        else:
+            with _IN_MEMORY_GUARD:
+                _IN_MEMORY.pop((self.application_id, self.task_id, name), None)
+        return self.build(builder, self._timestamp_fn)
+
+    def _replay(
+        self, name: str, stack: StoreStack, start: int, end: int, reader: ChangelogReader
+    ) -> int:
+        topic = changelog_topic(self.application_id, name)
+        started = time.monotonic()
+        self._log.info(
+            "restore_start", store=name, topic=topic, partition=self.partition,
+            start_offset=start, end_offset=end,
+        )
+
+        def apply(batch: list) -> None:
+            stack.inner.put_all(batch)
+
+        count = reader(topic, self.partition, start, end, apply)
+        stack.inner.flush()
+        duration = time.monotonic() - started
+        self._log.info(
+            "restore_done", store=name, topic=topic, partition=self.partition,
+            records=count, duration_s=round(duration, 3),
+            rate_per_s=round(count / duration) if duration > 0 else None,
+        )
+        return count
+
+    def _set_in_memory_position(self, name: str, position: int) -> None:
+        key = (self.application_id, self.task_id, name)
+        with _IN_MEMORY_GUARD:
+            entry = _IN_MEMORY.get(key)
+            if entry is not None:
+                _IN_MEMORY[key] = (entry[0], position)
+
+    # ------------------------------------------------------------- checkpoint
+    def invalidate_checkpoint(self) -> None:
+        """Forget the local position before writing: a crash now forces a full restore."""
+        delete_checkpoint(self.checkpoint_path)
+        with _IN_MEMORY_GUARD:
+            for name, builder in self._builders.items():
+                key = (self.application_id, self.task_id, name)
+                if not builder.persistent and key in _IN_MEMORY:
+                    _IN_MEMORY[key] = (_IN_MEMORY[key][0], -1)
+
+    def write_checkpoint(self, positions: Mapping[str, int]) -> None:
+        """Record the changelog offsets the local copies now hold."""
+        for stack in self.stacks.values():
+            stack.inner.flush()
+        offsets = {}
+        for name, position in positions.items():
+            builder = self._builders.get(name)
+            if builder is None or not builder.logging_enabled:
+                continue
+            if builder.persistent:
+                offsets[(changelog_topic(self.application_id, name), self.partition)] = position
+            else:
+                self._set_in_memory_position(name, position)
+        write_checkpoint(self.checkpoint_path, offsets)
+
+    def close(self) -> None:
+        """Close persistent stores (in-memory ones stay with the worker process)."""
+        for name, stack in self.stacks.items():
+            if self._builders[name].persistent:
+                stack.close()
+            elif stack.cache is not None:
+                stack.cache.flush()
+
+
+def wipe_application_state(state_dir: str | os.PathLike[str], application_id: str) -> int:
+    """Delete the local stores of every task of an application (``run-topology --cleanup``).
+
+    Like Kafka Streams' ``cleanUp()``: only local state goes; committed positions (the Spark
+    checkpoint) stay, so each store is restored from its changelog on the next start.
+    Returns how many task directories were deleted.
+    """
+    target = Path(state_dir) / application_id
+    wiped = 0
+    if target.exists():
+        for child in target.iterdir():
+            if child.is_dir() and TASK_DIR_PATTERN.fullmatch(child.name):
+                shutil.rmtree(child, ignore_errors=True)
+                wiped += 1
+    with _IN_MEMORY_GUARD:
+        for key in [k for k in _IN_MEMORY if k[0] == application_id]:
+            del _IN_MEMORY[key]
+    return wiped
