@@ -21,18 +21,21 @@ Options
     query's first planning), or JSON ``{"topic": {"0": 42}}`` (partitions not named start at
     earliest). Only used when the query has no checkpoint yet.
 ``end.offsets``
-    JSON ``{"topic": {"0": 100, "1": 7}}``: a complete, fixed upper bound for a bounded run
+    JSON ``{"topic": {"0": 100, "1": 7}}``: a fixed upper bound per partition for a bounded run
     ("everything that is there now", captured by the caller with
-    :func:`processor_api.kafka.offsets.end_offsets`). ``latestOffset`` never goes past it, and
-    partitions (or topics) it does not name are not read at all.
+    :func:`processor_api.kafka.offsets.end_offsets`). ``latestOffset`` never goes past it for
+    the partitions it names; partitions it does not name are unbounded (the runner leaves its
+    repartition topics out, as they grow while the run goes on).
 ``max.records.per.batch``
     Upper bound on the records of one micro-batch (summed over partitions), spread max-min
     fairly over the partitions that have data (see :func:`plan_ranges`). Default: no bound.
-    Spark ignores it for ``Trigger.AvailableNow`` only if it passes ``ReadAllAvailable``; with a
-    processing-time trigger it is always honoured.
+    Honoured with processing-time triggers and with ``Trigger.AvailableNow`` (Spark 4.3 passes
+    this default limit there too, measured).
 ``isolation.level``
     ``read_uncommitted`` (default) or ``read_committed``. With ``read_committed`` the planned
-    end of a partition is its last stable offset and aborted records are never returned.
+    end of a partition is its last stable offset and aborted records are not returned -- on
+    Apache Kafka. Tansu (measured, 0.6.0) sends no aborted-transaction list in Fetch responses,
+    so librdkafka cannot drop aborted records there: they are read; the LSO is honoured.
 ``read.timeout.ms``
     How long ``read`` waits without progress for a planned offset before it fails with
     :class:`~processor_api.errors.SourceReadError` naming topic, partition and offset
@@ -69,8 +72,7 @@ End offsets come from :func:`processor_api.kafka.offsets.end_offsets`, which is 
 
 Partitions added to a topic while the query runs are discovered by ``latestOffset``: a new
 partition is first recorded at its earliest offset (no rows in that micro-batch) and read from
-the next micro-batch on. With ``end.offsets`` (or ``Trigger.AvailableNow``) only the partitions
-in the bound are ever read.
+the next micro-batch on.
 
 Process model (measured with pyspark 4.3, local mode): ``initialOffset``, ``latestOffset``,
 ``partitions`` and ``commit`` run on one long-lived Python process next to the driver; ``read``
@@ -278,9 +280,17 @@ class KafkaSourceOptions:
         """Parse Spark's (case-insensitive) option map; raises ``ConfigError`` naming the option."""
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         known = {
-            "bootstrap.servers", "topics", "starting.offsets", "end.offsets",
-            "max.records.per.batch", "isolation.level", "read.timeout.ms",
-            "metadata.timeout.ms", "fail.on.data.loss", "arrow.batch.rows", "path",
+            "bootstrap.servers",
+            "topics",
+            "starting.offsets",
+            "end.offsets",
+            "max.records.per.batch",
+            "isolation.level",
+            "read.timeout.ms",
+            "metadata.timeout.ms",
+            "fail.on.data.loss",
+            "arrow.batch.rows",
+            "path",
         }
         unknown = sorted(k for k in opts if k not in known and not k.startswith("kafka."))
         if unknown:
@@ -338,8 +348,12 @@ class KafkaSourceOptions:
             )
             / 1000,
             fail_on_data_loss=_bool("fail.on.data.loss", opts.get("fail.on.data.loss", "true")),
-            arrow_batch_rows=_positive_int("arrow.batch.rows", opts.get("arrow.batch.rows", "10000")),
-            client_config={k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")},
+            arrow_batch_rows=_positive_int(
+                "arrow.batch.rows", opts.get("arrow.batch.rows", "10000")
+            ),
+            client_config={
+                k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")
+            },
         )
 
     def kafka_config(self) -> dict[str, Any]:
@@ -531,12 +545,17 @@ def read_range(
                             done = True
                             break
                         continue
-                    if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
+                    if (
+                        code == KafkaError._AUTO_OFFSET_RESET
+                        or code == KafkaError.OFFSET_OUT_OF_RANGE
+                    ):
                         raise SourceReadError(
                             f"offset {position} is no longer on the broker (retention or "
                             f"compaction removed it, or the broker lost data); planned range "
                             f"{start}..{end}; set fail.on.data.loss=false to skip: {error.str()}",
-                            topic=topic, partition=partition, offset=position,
+                            topic=topic,
+                            partition=partition,
+                            offset=position,
                         )
                     if error.fatal() or code in (
                         KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -546,11 +565,15 @@ def read_range(
                     ):
                         raise SourceReadError(
                             f"reading {start}..{end} failed: {error.str()}",
-                            topic=topic, partition=partition, offset=position,
+                            topic=topic,
+                            partition=partition,
+                            offset=position,
                         )
                     _log.debug(
                         "source_read_transient_error",
-                        topic=topic, partition=partition, error=error.str(),
+                        topic=topic,
+                        partition=partition,
+                        error=error.str(),
                     )
                     continue
                 offset = int(message.offset())
@@ -581,12 +604,16 @@ def read_range(
             if progressed:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > options.read_timeout_s:
-                broker_end = f"; the broker reports its end at {eof_at}" if eof_at is not None else ""
+                broker_end = (
+                    f"; the broker reports its end at {eof_at}" if eof_at is not None else ""
+                )
                 raise SourceReadError(
                     f"no record at or after offset {position} arrived within "
                     f"{options.read_timeout_s:g}s while reading the planned range "
                     f"{start}..{end} from {options.bootstrap_servers}{broker_end}",
-                    topic=topic, partition=partition, offset=position,
+                    topic=topic,
+                    partition=partition,
+                    offset=position,
                 )
         if len(builder):
             yield builder.flush()
@@ -594,7 +621,11 @@ def read_range(
         consumer.close()
     _log.debug(
         "source_range_read",
-        topic=topic, partition=partition, start=start, end=end, records=count,
+        topic=topic,
+        partition=partition,
+        start=start,
+        end=end,
+        records=count,
         duration_ms=round((time.monotonic() - started) * 1000, 1),
     )
 
@@ -611,20 +642,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning (driver side) ------------------------------------------------------------
     def _bound(self) -> Offsets | None:
-        """The fixed upper bound: ``end.offsets`` and/or the AvailableNow target."""
-        bounds = [b for b in (self.options.end_offsets, self._available_now_target) if b is not None]
+        """Upper bounds per partition: ``end.offsets`` and/or the AvailableNow target.
+
+        A partition named by neither is unbounded (e.g. a repartition topic the caller left
+        out of ``end.offsets``); one named by both gets the smaller offset.
+        """
+        bounds = [
+            b for b in (self.options.end_offsets, self._available_now_target) if b is not None
+        ]
         if not bounds:
             return None
-        if len(bounds) == 1:
-            return bounds[0]
-        first, second = bounds
-        return {tp: min(first[tp], second[tp]) for tp in first.keys() & second.keys()}
+        merged: Offsets = dict(bounds[0])
+        for bound in bounds[1:]:
+            for tp, offset in bound.items():
+                merged[tp] = min(offset, merged.get(tp, offset))
+        return merged
 
     def _current_partitions(self) -> list[TopicPartitionKey]:
         counts = _partition_counts(self.options)
-        tps = [(t, p) for t in self.options.topics for p in range(counts[t])]
-        bound = self._bound()
-        return [tp for tp in tps if bound is None or tp in bound]
+        return [(t, p) for t in self.options.topics for p in range(counts[t])]
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's API
         """Starting positions of a query without a checkpoint (computed once per reader)."""
@@ -647,14 +683,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 start.update({tp: given[tp] for tp in tps if tp in given})
         bound = self._bound()
         if bound is not None:
-            start = {tp: min(offset, bound[tp]) for tp, offset in start.items()}
+            start = {tp: min(offset, bound.get(tp, offset)) for tp, offset in start.items()}
         self._initial = offsets_to_json(start)
         _log.info(
             "source_initial_offsets",
-            topics=list(self.options.topics), partitions=len(start), mode=mode,
-            records_bound=None if bound is None else sum(
-                max(0, bound[tp] - start[tp]) for tp in start
-            ),
+            topics=list(self.options.topics),
+            partitions=len(start),
+            mode=mode,
+            records_bound=None
+            if bound is None
+            else sum(max(0, bound[tp] - start[tp]) for tp in start if tp in bound),
         )
         return self._initial
 
@@ -668,8 +706,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fix the target of a ``Trigger.AvailableNow`` run: the true end offsets right now."""
         counts = _partition_counts(self.options)
         tps = [(t, p) for t in self.options.topics for p in range(counts[t])]
-        if self.options.end_offsets is not None:
-            tps = [tp for tp in tps if tp in self.options.end_offsets]
         self._available_now_target = _end(self.options, tps)
         _log.info("source_available_now_target", partitions=len(tps))
 
@@ -689,12 +725,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         available: Offsets = {}
         for tp in known:
             end = ends[tp]
-            if bound is not None:
+            if bound is not None and tp in bound:
                 end = min(end, bound[tp])
             if end < begin[tp]:
                 _log.warning(
                     "source_end_before_position",
-                    topic=tp[0], partition=tp[1], position=begin[tp], end=ends[tp],
+                    topic=tp[0],
+                    partition=tp[1],
+                    position=begin[tp],
+                    end=ends[tp],
                 )
                 end = begin[tp]
             available[tp] = end
@@ -705,11 +744,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if new:
             first = _beginning(self.options, new)
             if bound is not None:
-                first = {tp: min(offset, bound[tp]) for tp, offset in first.items()}
+                first = {tp: min(offset, bound.get(tp, offset)) for tp, offset in first.items()}
             result.update(first)
             _log.info(
                 "source_new_partitions",
-                partitions=[f"{t}[{p}]" for t, p in new], start=[first[tp] for tp in new],
+                partitions=[f"{t}[{p}]" for t, p in new],
+                start=[first[tp] for tp in new],
             )
         return offsets_to_json(result)
 

@@ -12,6 +12,11 @@ import json
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 BOOTSTRAP_FORMAT = "processor_api_task_bootstrap"
@@ -27,14 +32,17 @@ class _TasksPartition(InputPartition):
         self.tasks = tasks
 
 
-class _BootstrapReader(DataSourceStreamReader):
+class _BootstrapReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, tasks: list[str]) -> None:
         self._tasks = tasks
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's API
         return {"emitted": 0}
 
-    def latestOffset(self) -> dict:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
         return {"emitted": 1}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -45,6 +53,9 @@ class _BootstrapReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         for task in partition.tasks:  # type: ignore[attr-defined]
             yield (task, "", -1, -1, -1, None, None, [])
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        """Nothing to fix: the one row per task is all there ever is."""
 
     def commit(self, end: dict) -> None:
         pass

@@ -39,6 +39,7 @@ from processor_api.topology import Topology
 _log = get_logger("processor_api.runner")
 
 STOP_GRACE_S = 60.0
+MAX_AVAILABLE_NOW_PASSES = 20
 
 
 @dataclass
@@ -222,7 +223,7 @@ class TopologyRunner:
         )
         return plan
 
-    def _job_spec(self) -> JobSpec:
+    def _job_spec(self, wall_clock_timeouts: bool) -> JobSpec:
         pickled = None
         if self._topology_ref is None:
             from pyspark import cloudpickle
@@ -245,11 +246,20 @@ class TopologyRunner:
                 **self.config.extra,
             },
             log_format=self.settings.log_format,
+            wall_clock_timeouts=wall_clock_timeouts,
         )
 
     # ----------------------------------------------------------------- start
-    def start(self, end_offsets_cap: dict[tuple[str, int], int] | None = None) -> Any:
-        """Start the streaming query (prepares topics first if needed)."""
+    def start(
+        self,
+        end_offsets_cap: dict[tuple[str, int], int] | None = None,
+        available_now: bool = False,
+    ) -> Any:
+        """Start the streaming query (prepares topics first if needed).
+
+        ``available_now`` uses Spark's ``Trigger.AvailableNow``: the query processes what the
+        topics hold when it starts (capped by ``end_offsets_cap``) and then stops by itself.
+        """
         from pyspark.sql import functions as F
         from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -302,20 +312,30 @@ class TopologyRunner:
             .load()
         )
         rows = keyed.unionByName(bootstrap.select("task", *columns))
+        # Trigger.AvailableNow never ends while a processing-time timeout asks for no-data
+        # batches, so bounded runs use NoTimeout; wall-clock punctuation is still checked
+        # whenever a task runs.
+        timeout = (
+            GroupStateTimeout.NoTimeout if available_now
+            else GroupStateTimeout.ProcessingTimeTimeout
+        )
         results = rows.groupBy("task").applyInPandasWithState(
-            partial(run_task, self._job_spec()),
+            partial(run_task, self._job_spec(wall_clock_timeouts=not available_now)),
             outputStructType=OUTPUT_SCHEMA,
             stateStructType=STATE_SCHEMA,
             outputMode="append",
-            timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
+            timeoutConf=timeout,
         )
-        self._query = (
+        writer = (
             results.writeStream.foreachBatch(self._progress.on_batch)
             .option("checkpointLocation", self.settings.resolved_checkpoint_dir)
-            .trigger(processingTime=f"{self.settings.trigger_interval_s} seconds")
             .queryName(re.sub(r"\W", "_", self.config.application_id))
-            .start()
         )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_s} seconds")
+        self._query = writer.start()
         _log.info(
             "query_started", application_id=self.config.application_id,
             master=self.settings.master, checkpoint=self.settings.resolved_checkpoint_dir,
@@ -332,34 +352,21 @@ class TopologyRunner:
 
     # ------------------------------------------------------------------- run
     def run(self) -> RunResult:
-        """Run until stopped (SIGTERM/SIGINT or :meth:`request_stop`), or, with
-        ``available_now``, until everything in the input topics at start went through every
-        sub-topology. Raises :class:`StreamsError` with the task's error if the query fails."""
+        """Run the topology.
+
+        Continuous by default: until SIGTERM/SIGINT or :meth:`request_stop`, after which the
+        micro-batch in flight is allowed to finish. With ``available_now``: everything in the
+        input topics at start goes through every sub-topology (repartition topics included),
+        then the run ends. Raises :class:`StreamsError` with the task's error if a batch fails.
+        """
         started = time.monotonic()
-        plan = self.plan or self.prepare()
-        cap: dict[tuple[str, int], int] | None = None
-        if self.settings.available_now:
-            cap = end_offsets(
-                self.settings.bootstrap_servers,
-                [(t, p) for t, n in plan.external_sources.items() for p in range(n)],
-            )
-            _log.info("available_now_targets", end_offsets=sum(cap.values()), partitions=len(cap))
+        self.plan or self.prepare()
         restore_handlers = self._install_signal_handlers()
         try:
-            query = self.start(end_offsets_cap=cap)
-            while True:
-                if query.awaitTermination(0.2):
-                    break
-                if self._stop_requested.is_set():
-                    self._graceful_stop()
-                    break
-                if cap is not None and self._available_now_done(cap):
-                    _log.info("available_now_complete")
-                    self._graceful_stop()
-                    break
-            error = query.exception()
-            if error is not None:
-                raise StreamsError(f"the streaming query failed: {explain_failure(error)}") from None
+            if self.settings.available_now:
+                self._run_available_now()
+            else:
+                self._run_continuous()
         finally:
             restore_handlers()
             self.close()
@@ -372,54 +379,102 @@ class TopologyRunner:
         )
         return result
 
-    def _available_now_done(self, cap: dict[tuple[str, int], int]) -> bool:
-        """Done when every capped input and every repartition partition is fully processed."""
-        assert self.plan is not None
-        with self._progress.lock:
-            if not self._progress.completed_batches:
-                return False
-            positions = dict(self._progress.positions)
-        if self._query is not None and self._query.status.get("isTriggerActive"):
-            return False
-        for key, target in cap.items():
-            if positions.get(key, 0) < target and not self._all_markers(key, positions, target):
-                return False
-        internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
-        if internal:
-            ends = end_offsets(self.settings.bootstrap_servers, internal)
-            for key, target in ends.items():
-                if positions.get(key, 0) < target and not self._all_markers(key, positions, target):
-                    return False
-        return True
+    def _run_continuous(self) -> None:
+        query = self.start()
+        while not query.awaitTermination(0.2):
+            if self._stop_requested.is_set():
+                self._graceful_stop()
+                break
+        self._raise_if_failed(query)
 
-    def _all_markers(self, key: tuple[str, int], positions: dict, target: int) -> bool:
-        """Whether the source already read up to ``target`` (the rest may be markers)."""
-        progress = self._query.lastProgress if self._query is not None else None
-        if not progress:
-            return False
-        for source in progress.get("sources", []):
-            try:
-                end = json.loads(source.get("endOffset") or "null")
-            except (TypeError, ValueError):
-                continue
-            if isinstance(end, dict):
-                offset = (end.get(key[0]) or {}).get(str(key[1]))
-                if offset is not None and int(offset) >= target:
-                    return True
-        return False
+    def _run_available_now(self) -> None:
+        """``Trigger.AvailableNow`` passes until no repartition topic has unprocessed records.
+
+        A pass reads every source topic up to its end at the pass's start (input topics are
+        capped at their end when the run started) and stops on its own after its last batch,
+        so no batch is ever interrupted. Records a pass writes to repartition topics are read
+        by the next pass.
+        """
+        assert self.plan is not None
+        external = [(t, p) for t, n in self.plan.external_sources.items() for p in range(n)]
+        cap = end_offsets(self.settings.bootstrap_servers, external) if external else {}
+        _log.info("available_now_targets", records=sum(cap.values()), partitions=len(cap))
+        for attempt in range(1, MAX_AVAILABLE_NOW_PASSES + 1):
+            query = self.start(end_offsets_cap=cap, available_now=True)
+            while not query.awaitTermination(0.2):
+                if self._stop_requested.is_set():
+                    self._graceful_stop()
+                    break
+            self._raise_if_failed(query)
+            if self._stop_requested.is_set():
+                return
+            backlog = self._repartition_backlog(query)
+            _log.info("available_now_pass_done", run_pass=attempt, repartition_backlog=backlog)
+            if backlog == 0:
+                return
+        raise StreamsError(
+            f"repartition topics still had unprocessed records after "
+            f"{MAX_AVAILABLE_NOW_PASSES} available-now passes"
+        )
+
+    def _repartition_backlog(self, query: Any) -> int:
+        """Records in repartition topics beyond what the source has read."""
+        assert self.plan is not None
+        internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
+        if not internal:
+            return 0
+        read = self._source_positions(query)
+        ends = end_offsets(self.settings.bootstrap_servers, internal)
+        return sum(max(0, end - read.get(tp, 0)) for tp, end in ends.items())
+
+    @staticmethod
+    def _source_positions(query: Any) -> dict[tuple[str, int], int]:
+        """Per topic-partition, the offset the Kafka source has read up to (last progress)."""
+        positions: dict[tuple[str, int], int] = {}
+        for progress in query.recentProgress or []:
+            for source in progress.get("sources", []):
+                try:
+                    end = json.loads(source.get("endOffset") or "null")
+                except (TypeError, ValueError):
+                    continue
+                if not isinstance(end, dict) or "emitted" in end:
+                    continue
+                for topic, partitions in end.items():
+                    if not isinstance(partitions, dict):
+                        continue
+                    for partition, offset in partitions.items():
+                        key = (topic, int(partition))
+                        positions[key] = max(positions.get(key, 0), int(offset))
+        return positions
+
+    def _raise_if_failed(self, query: Any) -> None:
+        error = query.exception()
+        if error is not None:
+            raise StreamsError(f"the streaming query failed: {explain_failure(error)}") from None
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop after the batch in flight."""
         self._stop_requested.set()
 
     def _graceful_stop(self) -> None:
-        """Let the running micro-batch finish (bounded), then stop the query."""
+        """Stop the query between micro-batches when possible.
+
+        The batch in flight (if any) is allowed to complete (bounded by ``STOP_GRACE_S``); the
+        query is stopped right after the next progress report. A batch interrupted anyway is
+        not committed: it is re-run on the next start.
+        """
         query = self._query
         if query is None:
             return
-        deadline = time.monotonic() + STOP_GRACE_S
-        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        if query.status.get("isTriggerActive"):
+            last = (query.lastProgress or {}).get("batchId", -1)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while query.isActive and time.monotonic() < deadline:
+                if (query.lastProgress or {}).get("batchId", -1) != last:
+                    break
+                if not query.status.get("isTriggerActive"):
+                    break
+                time.sleep(0.02)
         query.stop()
         _log.info("query_stopped", application_id=self.config.application_id)
 

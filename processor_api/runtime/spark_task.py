@@ -62,6 +62,7 @@ class JobSpec:
     log_format: str = "console"
     producer_config: dict[str, Any] = field(default_factory=dict)
     flush_timeout_s: float = 60.0
+    wall_clock_timeouts: bool = True  # False for Trigger.AvailableNow (NoTimeout) queries
 
     def load_topology(self) -> Topology:
         if self.topology_ref is not None:
@@ -255,7 +256,7 @@ def run_task(
 
     state.update((new_metadata.to_json(),))
     next_due = task.next_wall_clock_due()
-    if next_due is not None:
+    if next_due is not None and spec.wall_clock_timeouts:
         state.setTimeoutDuration(max(1, next_due - task.clock()))
     duration_ms = (time.monotonic() - started) * 1000
     if records or changelog_count or collector.sent:
