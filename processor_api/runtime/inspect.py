@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from processor_api.runtime.task_state import TASK_DIR_PATTERN
 from processor_api.serdes import Serde
 from processor_api.state.rocksdb import RocksDBBytesStore
-from processor_api.runtime.task_state import TASK_DIR_PATTERN
 
 
 def read_local_store(

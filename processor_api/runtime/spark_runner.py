@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from processor_api.errors import ConfigError, StreamsError
-from processor_api.kafka.admin import check_broker
+from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
 from processor_api.kafka.offsets import end_offsets
 from processor_api.logging import get_logger
 from processor_api.runtime.config import StreamsConfig
 from processor_api.runtime.spark_task import OUTPUT_SCHEMA, STATE_SCHEMA, JobSpec, run_task
 from processor_api.runtime.topics import TopicPlan, create_topics, plan_topics
+from processor_api.runtime.transactions import commit_marker_topic
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -215,6 +216,12 @@ class TopologyRunner:
             self.topology, self.settings.bootstrap_servers, self.config.application_id
         )
         create_topics(plan, self.settings.bootstrap_servers)
+        if self.config.processing_guarantee == "exactly_once_v2":
+            ensure_topics(
+                self.settings.bootstrap_servers,
+                [TopicSpec(commit_marker_topic(self.config.application_id),
+                           len(plan.task_ids), {"cleanup.policy": "compact"})],
+            )
         self.plan = plan
         _log.info(
             "topology_planned", application_id=self.config.application_id,
@@ -247,6 +254,7 @@ class TopologyRunner:
             },
             log_format=self.settings.log_format,
             wall_clock_timeouts=wall_clock_timeouts,
+            task_ids=tuple(self.plan.task_ids) if self.plan else (),
         )
 
     # ----------------------------------------------------------------- start

@@ -12,8 +12,12 @@ store must match. On open, the local copy is compared with it:
 * local position > committed (a failed attempt wrote ahead), or unknown (the checkpoint was
   invalidated by an attempt that died mid-batch): wipe the store and replay from 0.
 
-The checkpoint is deleted before the first write of a batch and written again once the batch's
-changelog records are acknowledged, so a crash in between is always detected.
+Every store has a :class:`~processor_api.state.batch_buffer.BatchBufferBytesStore` right above
+its innermost store: a batch's writes stay in memory until :meth:`TaskStores.commit`, which runs
+once the batch's changelog records are durable (acknowledged, or committed in the batch's
+transaction). ``commit`` deletes the checkpoint, applies every buffer in one write batch per
+store, then writes the checkpoint: a crash in that short window leaves no checkpoint, which
+forces a full restore; a crash anywhere else leaves the local store exactly at its checkpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 from processor_api.errors import StreamsError
 from processor_api.logging import get_logger
 from processor_api.state.base import BytesStore
+from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.checkpoint import delete_checkpoint, read_checkpoint, write_checkpoint
 from processor_api.state.in_memory import InMemoryBytesStore
@@ -113,20 +118,22 @@ class TaskStores:
         self._builders = dict(builders)
         self._timestamp_fn = timestamp_fn
         self.stacks: dict[str, StoreStack] = {}
+        self.buffers: dict[str, BatchBufferBytesStore] = {}
         self._had_local_copy: dict[str, bool] = {}
         self._log = _log.bind(task=task_id)
 
     # ------------------------------------------------------------------- open
     def build(self, builder: StoreBuilder, timestamp_fn: Callable[[], int]) -> StoreStack:
-        """Store factory for :class:`~processor_api.runtime.task.Task`."""
+        """Store factory for :class:`~processor_api.runtime.task.Task` (buffered stores)."""
         self._timestamp_fn = timestamp_fn
         if builder.persistent:
             self._had_local_copy.setdefault(builder.name, self._store_files_exist(builder.name))
-            stack = builder.build(state_dir=self.directory, timestamp_fn=timestamp_fn)
+            raw = builder.supplier.get(self.directory)
         else:
-            stack = builder.build(
-                state_dir=None, timestamp_fn=timestamp_fn, inner=self._in_memory(builder.name)
-            )
+            raw = self._in_memory(builder.name)
+        buffer = BatchBufferBytesStore(raw)
+        self.buffers[builder.name] = buffer
+        stack = builder.build(timestamp_fn=timestamp_fn, inner=buffer)
         self.stacks[builder.name] = stack
         return stack
 
@@ -190,8 +197,7 @@ class TaskStores:
 
     def _wipe(self, name: str) -> StoreStack:
         builder = self._builders[name]
-        old = self.stacks[name]
-        old.inner.close()
+        self.buffers[name].close()  # closes the innermost store too
         if builder.persistent:
             shutil.rmtree(self.directory / "rocksdb" / name, ignore_errors=True)
         else:
@@ -209,11 +215,13 @@ class TaskStores:
             start_offset=start, end_offset=end,
         )
 
+        raw = self.buffers[name].inner
+
         def apply(batch: list) -> None:
-            stack.inner.put_all(batch)
+            raw.put_all(batch)
 
         count = reader(topic, self.partition, start, end, apply)
-        stack.inner.flush()
+        raw.flush()
         duration = time.monotonic() - started
         self._log.info(
             "restore_done", store=name, topic=topic, partition=self.partition,
@@ -230,19 +238,15 @@ class TaskStores:
                 _IN_MEMORY[key] = (entry[0], position)
 
     # ------------------------------------------------------------- checkpoint
-    def invalidate_checkpoint(self) -> None:
-        """Forget the local position before writing: a crash now forces a full restore."""
-        delete_checkpoint(self.checkpoint_path)
-        with _IN_MEMORY_GUARD:
-            for name, builder in self._builders.items():
-                key = (self.application_id, self.task_id, name)
-                if not builder.persistent and key in _IN_MEMORY:
-                    _IN_MEMORY[key] = (_IN_MEMORY[key][0], -1)
+    def commit(self, positions: Mapping[str, int]) -> int:
+        """Apply the batch's buffered writes and record the changelog offsets they reach.
 
-    def write_checkpoint(self, positions: Mapping[str, int]) -> None:
-        """Record the changelog offsets the local copies now hold."""
-        for stack in self.stacks.values():
-            stack.inner.flush()
+        Call only once the batch's changelog records are durable. Returns the number of
+        entries written to the local stores.
+        """
+        delete_checkpoint(self.checkpoint_path)
+        self._set_in_memory_positions(-1)
+        written = sum(buffer.commit() for buffer in self.buffers.values())
         offsets = {}
         for name, position in positions.items():
             builder = self._builders.get(name)
@@ -253,14 +257,27 @@ class TaskStores:
             else:
                 self._set_in_memory_position(name, position)
         write_checkpoint(self.checkpoint_path, offsets)
+        return written
+
+    def discard(self) -> int:
+        """Drop the batch's buffered writes (the batch failed); returns how many."""
+        return sum(buffer.discard() for buffer in self.buffers.values())
+
+    def _set_in_memory_positions(self, position: int) -> None:
+        for name, builder in self._builders.items():
+            if not builder.persistent:
+                self._set_in_memory_position(name, position)
 
     def close(self) -> None:
-        """Close persistent stores (in-memory ones stay with the worker process)."""
-        for name, stack in self.stacks.items():
+        """Close persistent stores (in-memory ones stay with the worker process).
+
+        Uncommitted buffered writes are dropped.
+        """
+        for name, buffer in self.buffers.items():
             if self._builders[name].persistent:
-                stack.close()
-            elif stack.cache is not None:
-                stack.cache.flush()
+                buffer.close()
+            else:
+                buffer.discard()
 
 
 def wipe_application_state(state_dir: str | os.PathLike[str], application_id: str) -> int:

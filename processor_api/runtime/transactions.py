@@ -1,0 +1,168 @@
+"""Exactly-once plumbing: one transactional producer per task, and commit markers.
+
+Under ``exactly_once_v2`` each task's micro-batch is one Kafka transaction with
+``transactional.id = "<application.id>-<task>"`` (stable per task, so a restarted attempt
+fences its zombie). The transaction holds the batch's sink records, its changelog records
+and one *commit marker*: a record on ``<application.id>-task-commits`` (partition = the task's
+index, key = task id) whose value is the task metadata after the batch (input positions,
+stream time, punctuation schedules, changelog offsets, batch sequence number).
+
+Spark commits its own progress (source offsets and GroupState) only after the task function
+returned. If the transaction committed but Spark did not (a crash in between), Spark re-runs
+the batch with the old GroupState; the task then finds a newer committed marker, adopts it,
+and skips every record the marker says was processed: nothing is produced twice.
+
+A task may run in a different Python worker each batch. A producer is re-initialized
+(``init_transactions``, which fences any other instance) whenever another instance ran the
+task since, which ``.txn-owner`` in the task directory records under the task lock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from processor_api.errors import StreamsError
+from processor_api.kafka.admin import client_config
+from processor_api.kafka.offsets import end_offsets
+from processor_api.kafka.producer import DeliveryTracker, make_producer
+from processor_api.logging import get_logger
+from processor_api.runtime.metadata import TaskMetadata
+
+_log = get_logger("processor_api.transactions")
+
+INIT_TIMEOUT_S = 30.0
+MARKER_READ_TIMEOUT_S = 30.0
+OWNER_FILE = ".txn-owner"
+
+
+def commit_marker_topic(application_id: str) -> str:
+    """The topic holding each task's commit markers."""
+    return f"{application_id}-task-commits"
+
+
+def transactional_id(application_id: str, task_id: str) -> str:
+    return f"{application_id}-{task_id}"
+
+
+class TransactionalProducers:
+    """Per worker process: the transactional producer of each task it has run."""
+
+    def __init__(self, bootstrap_servers: str, producer_config: dict | None = None) -> None:
+        self._bootstrap = bootstrap_servers
+        self._config = dict(producer_config or {})
+        self._producers: dict[str, tuple[DeliveryTracker, str]] = {}
+
+    def for_task(self, application_id: str, task_id: str, directory: Path) -> DeliveryTracker:
+        """The task's producer, initialized (and so fencing others) if another ran it since.
+
+        Must be called while holding the task lock.
+        """
+        owner_path = directory / OWNER_FILE
+        owner = owner_path.read_text().strip() if owner_path.exists() else None
+        cached = self._producers.get(task_id)
+        if cached is not None and cached[1] == owner:
+            return cached[0]
+        if cached is not None:
+            self.drop(task_id)
+        txn_id = transactional_id(application_id, task_id)
+        producer = make_producer(
+            self._bootstrap, transactional_id=txn_id, extra_config=self._config
+        )
+        producer.init_transactions(INIT_TIMEOUT_S)
+        instance = uuid.uuid4().hex
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = owner_path.with_suffix(".tmp")
+        tmp.write_text(instance)
+        tmp.replace(owner_path)
+        tracker = DeliveryTracker(producer)
+        self._producers[task_id] = (tracker, instance)
+        _log.info("transactional_producer_ready", task=task_id, transactional_id=txn_id)
+        return tracker
+
+    def drop(self, task_id: str) -> None:
+        """Forget a task's producer (after a fatal error or fencing)."""
+        cached = self._producers.pop(task_id, None)
+        if cached is not None:
+            try:
+                cached[0].producer.flush(1)
+            except Exception:  # a fenced producer may refuse anything
+                pass
+
+
+@dataclass
+class CommitMarker:
+    """A committed marker: its offset and the task metadata it carries."""
+
+    offset: int
+    sequence: int
+    metadata: TaskMetadata
+
+
+def marker_value(sequence: int, metadata: TaskMetadata) -> bytes:
+    return json.dumps(
+        {"sequence": sequence, "metadata": json.loads(metadata.to_json())},
+        separators=(",", ":"),
+    ).encode()
+
+
+def read_latest_marker(
+    bootstrap_servers: str, topic: str, partition: int, start: int, task_id: str
+) -> CommitMarker | None:
+    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed)."""
+    tp = (topic, partition)
+    end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed")[tp]
+    if end <= start:
+        return None
+    consumer = Consumer(
+        client_config(
+            bootstrap_servers,
+            "marker-reader",
+            **{
+                "group.id": f"processor-api-markers-{task_id}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            },
+        )
+    )
+    latest: CommitMarker | None = None
+    key = task_id.encode()
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position = start
+        deadline = time.monotonic() + MARKER_READ_TIMEOUT_S
+        while position < end:
+            if time.monotonic() > deadline:
+                raise StreamsError(
+                    f"reading commit markers of task {task_id} from {topic}[{partition}] "
+                    f"stalled at offset {position} (end {end})"
+                )
+            message = consumer.poll(0.5)
+            if message is None:
+                (current,) = consumer.position([TopicPartition(topic, partition)])
+                if current.offset >= end:
+                    break
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                raise StreamsError(f"reading commit markers from {topic}[{partition}]: {error}")
+            position = message.offset() + 1
+            if message.key() != key:
+                continue
+            data = json.loads(message.value())
+            latest = CommitMarker(
+                offset=message.offset(),
+                sequence=int(data["sequence"]),
+                metadata=TaskMetadata.from_json(json.dumps(data["metadata"])),
+            )
+    finally:
+        consumer.close()
+    return latest
