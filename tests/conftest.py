@@ -19,8 +19,18 @@ def kafka():
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local SparkSession shared by every test that needs Spark."""
+    import sys
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
 
+    # Python workers must run this interpreter (pandas, pyarrow) and import the test modules
+    # (e.g. tests.integration.topologies_for_tests): both are read when the JVM starts.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
         SparkSession.builder.master(os.environ.get("PROCESSOR_API_TEST_MASTER", "local[2]"))

@@ -346,7 +346,7 @@ class TopologyRunner:
         self._query = writer.start()
         _log.info(
             "query_started", application_id=self.config.application_id,
-            master=self.settings.master, checkpoint=self.settings.resolved_checkpoint_dir,
+            master=spark.sparkContext.master, checkpoint=self.settings.resolved_checkpoint_dir,
             state_dir=self.settings.state_dir, guarantee=self.config.processing_guarantee,
         )
         return self._query
@@ -389,11 +389,21 @@ class TopologyRunner:
 
     def _run_continuous(self) -> None:
         query = self.start()
-        while not query.awaitTermination(0.2):
+        while not self._await(query, 0.2):
             if self._stop_requested.is_set():
                 self._graceful_stop()
                 break
         self._raise_if_failed(query)
+
+    @staticmethod
+    def _await(query: Any, timeout_s: float) -> bool:
+        """``awaitTermination`` that turns a failed query into a :class:`StreamsError`."""
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            return bool(query.awaitTermination(timeout_s))
+        except StreamingQueryException as exc:
+            raise StreamsError(f"the streaming query failed: {explain_failure(exc)}") from None
 
     def _run_available_now(self) -> None:
         """``Trigger.AvailableNow`` passes until no repartition topic has unprocessed records.
@@ -409,7 +419,7 @@ class TopologyRunner:
         _log.info("available_now_targets", records=sum(cap.values()), partitions=len(cap))
         for attempt in range(1, MAX_AVAILABLE_NOW_PASSES + 1):
             query = self.start(end_offsets_cap=cap, available_now=True)
-            while not query.awaitTermination(0.2):
+            while not self._await(query, 0.2):
                 if self._stop_requested.is_set():
                     self._graceful_stop()
                     break

@@ -1,0 +1,100 @@
+"""Two executor processes (issue 3, item 5): word count on ``local-cluster[2,1,1024]`` through
+``run-topology`` gives the same result as on local Spark.
+
+``local-cluster`` starts a standalone master and two workers inside the driver JVM; each worker
+launches one executor JVM from ``$SPARK_HOME`` (pyspark's own install: ``bin/``, ``jars/``) and
+keeps its stdout/stderr in ``$SPARK_HOME/work/<app-id>/<executor-id>/``. The test tags its
+executors with a JVM system property to find that directory, checks that both executors ran
+tasks, then deletes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from processor_api.runtime.inspect import read_local_store
+from processor_api.serdes import Serdes
+from tests.integration.conftest import WORD_COUNT_LINES, TopicReader, run_cli, uid
+from topologies.word_count import split_words
+
+pytestmark = pytest.mark.integration
+
+
+def _spark_home() -> Path:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def _executor_dirs(marker: str) -> list[Path]:
+    """``$SPARK_HOME/work/<app>/<executor>`` of the executors started with ``marker``."""
+    work = _spark_home() / "work"
+    found = []
+    for stderr in work.glob("app-*/*/stderr"):
+        try:
+            with open(stderr, errors="replace") as handle:
+                if marker in handle.readline():  # "Spark Executor Command: ..."
+                    found.append(stderr.parent)
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def _counts_by_word(records: list[tuple]) -> dict[str, list[int]]:
+    counts: dict[str, list[int]] = {}
+    for word, count, *_ in records:
+        counts.setdefault(word, []).append(count)
+    return counts
+
+
+def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, tmp_path):
+    # the reference: the same input through the shared local[2] session (session fixture)
+    local = word_count_local
+    expected = Counter(word for line in WORD_COUNT_LINES for word in split_words(line))
+    total = sum(expected.values())
+    long = Serdes.long()
+    run_id = uid()
+    topics = {"input_topic": local.input_topic,
+              "repartition_topic": f"lc-rep-{run_id}", "output_topic": f"lc-out-{run_id}"}
+
+    # local-cluster: two executor JVMs, run-topology in a subprocess
+    cluster_app = f"lc-cluster-{run_id}"
+    marker = f"-Dprocessor_api.test.run={run_id}"
+    args = ["topologies.word_count:build_topology",
+            "--bootstrap-servers", kafka.bootstrap_servers,
+            "--application-id", cluster_app, "--state-dir", str(tmp_path / "cluster"),
+            "--master", "local-cluster[2,1,1024]", "--available-now",
+            "--trigger-interval", "0.5",
+            "--spark-conf", f"spark.executor.extraJavaOptions={marker}"]
+    for key, value in topics.items():
+        args += ["--topology-arg", f"{key}={value}"]
+    try:
+        result = run_cli(args, timeout_s=300)
+        executors = _executor_dirs(marker)
+        assert result.returncode == 0, result.stderr[-5000:]
+        # both executor processes ran tasks (their Python workers log to the executor's stderr)
+        assert len(executors) == 2, f"executor dirs with {marker}: {executors}"
+        for directory in executors:
+            text = (directory / "stderr").read_text(errors="replace")
+            assert "task_batch_done" in text, f"{directory} ran no task:\n{text[-2000:]}"
+    finally:
+        for app_dir in {d.parent for d in _executor_dirs(marker)}:
+            shutil.rmtree(app_dir, ignore_errors=True)
+    with TopicReader(kafka.bootstrap_servers, topics["output_topic"], bytes.decode,
+                     long.deserialize) as out:
+        cluster_records = out.wait_for(lambda r: len(r) >= total, timeout_s=30)
+
+    # same outputs: per word the counts 1..n, in order; same final stores; both = Counter
+    assert len(cluster_records) == total
+    assert _counts_by_word(cluster_records) == _counts_by_word(local.records)
+    finals = {word: counts[-1] for word, counts in _counts_by_word(cluster_records).items()}
+    assert finals == dict(expected)
+    stores = [read_local_store(directory, app, "counts-store", Serdes.string(), long)
+              for directory, app in ((local.state_dir, local.app_id),
+                                     (tmp_path / "cluster", cluster_app))]
+    assert stores[0] == stores[1] == dict(expected)
+

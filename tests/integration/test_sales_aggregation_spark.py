@@ -1,0 +1,56 @@
+"""Seed 000 (issue 3, item 1): the five sales events through local Spark and a real broker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from processor_api.runtime.inspect import read_local_store
+from processor_api.serdes import Serdes
+from tests.integration.conftest import BackgroundRun, TopicReader, produce, settings_for, uid
+
+pytestmark = pytest.mark.integration
+
+SEED_EVENTS = [
+    ("product2", 1000),
+    ("product1", 1500),
+    ("product1", 1000),
+    ("product2", 1300),
+    ("product5", 1000),
+]
+
+
+def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
+    run_id = uid()
+    input_topic, output_topic = f"sales-events-v1-{run_id}", f"notifications-events-v1-{run_id}"
+    app_id = f"sales-{run_id}"
+    kafka.create_topic(input_topic, 3)
+    kafka.create_topic(output_topic, 3)
+    produce(kafka.bootstrap_servers, input_topic, [
+        (product.encode(), json.dumps({"product": product, "value": value}).encode())
+        for product, value in SEED_EVENTS
+    ])
+
+    settings = settings_for(kafka.bootstrap_servers, app_id, tmp_path / "state")
+    with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
+        with BackgroundRun(
+            "topologies.sales_aggregation:build_topology", settings, spark=spark,
+            topology_kwargs={"input_topic": input_topic, "output_topic": output_topic},
+        ) as run:
+            out.wait_for(lambda records: len(records) >= 2, timeout_s=30, while_alive=run)
+            elapsed = time.monotonic() - run.started
+            time.sleep(1.5)  # a third (wrong) notification would show up now
+            result = run.stop()
+
+    print(f"notifications after {elapsed:.1f}s, stop took {run.stop_s:.1f}s, {result}")
+    assert elapsed < 30
+    assert sorted(out.pairs()) == [
+        ("product1", {"product": "product1", "value": 2500}),
+        ("product2", {"product": "product2", "value": 2300}),
+    ]
+    assert result.records == 5 and result.outputs == 2
+    totals = read_local_store(tmp_path / "state", app_id, "PRODUCT_AGGREGATED_SALES",
+                              Serdes.string(), Serdes.long())
+    assert totals == {"product1": 2500, "product2": 2300, "product5": 1000}
