@@ -216,6 +216,10 @@ class TopologyRunner:
             self.topology, self.settings.bootstrap_servers, self.config.application_id
         )
         create_topics(plan, self.settings.bootstrap_servers)
+        dead_letter = self.config.dead_letter_topic
+        if dead_letter:
+            partitions = max(plan.partitions_by_subtopology.values(), default=1)
+            ensure_topics(self.settings.bootstrap_servers, [TopicSpec(dead_letter, partitions, {})])
         if self.config.processing_guarantee == "exactly_once_v2":
             ensure_topics(
                 self.settings.bootstrap_servers,
