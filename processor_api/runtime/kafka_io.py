@@ -48,12 +48,22 @@ class KafkaCollector:
             self._partition_counts[topic] = count
         return count
 
-    def send_changes(self, topic: str, partition: int, changes: list[ChangeRecord]) -> None:
-        """Log store changes to partition ``partition`` of a changelog topic."""
-        produce = self.tracker.produce
+    def send_changes(self, topic: str, partition: int, changes: list[ChangeRecord]) -> int:
+        """Log a batch's store changes to partition ``partition`` of a changelog topic.
+
+        Only the last change of each key in the batch is sent: the batch is committed as a
+        whole, so a restore ends in the same state, and compaction would drop the earlier
+        values anyway. Returns how many records were sent.
+        """
+        latest: dict[bytes, ChangeRecord] = {}
         for change in changes:
+            latest.pop(change.key, None)  # re-insert: keep the order of last writes
+            latest[change.key] = change
+        produce = self.tracker.produce
+        for change in latest.values():
             produce(topic, change.key, change.value, partition=partition,
                     timestamp=change.timestamp if change.timestamp > 0 else None)
+        return len(latest)
 
 
 def read_changelog(

@@ -336,10 +336,9 @@ class _TaskBatch:
             changes = task.flush()
             changelog_count = 0
             for store_name, store_changes in changes.items():
-                collector.send_changes(
+                changelog_count += collector.send_changes(
                     changelog_topic(self.app_id, store_name), self.partition, store_changes
                 )
-                changelog_count += len(store_changes)
             tracker.flush_and_check(spec.flush_timeout_s)
             acked = tracker.acked_end_offsets()
             positions = dict(metadata.changelog_offsets)
