@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: all venv run test test-fast lint bench bench-quick clean
+.PHONY: all venv run test test-fast lint bench bench-quick soak clean
 
 all: test
 
@@ -43,6 +43,13 @@ bench: $(BENCH_STAMP)
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --quick
+
+## soak: kill -9 run-topology repeatedly (seed 000, both guarantees) and compare with a reference fold
+SOAK_EVENTS ?= 30000
+SOAK_KILLS ?= 8
+soak: $(STAMP)
+	$(BIN)/python -m tests.reliability.soak --events $(SOAK_EVENTS) --kills $(SOAK_KILLS) \
+		--guarantee both --out bench/results/soak.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

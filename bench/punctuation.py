@@ -1,0 +1,237 @@
+"""Punctuation benchmarks.
+
+In-process (the task engine without Spark: ``processor_api.runtime.task.Task``, a
+``ListCollector``, real RocksDB stores, change logging on):
+
+* :func:`punctuation_cost` - one punctuation of seed 003's product count (forwards the whole
+  store) versus store size, next to its parts: a raw RocksDB scan and a typed ``store.all()``.
+* :func:`check_overhead` - the per-record cost of stream-time punctuation checks: count per key
+  with 0, 1 and 10 STREAM_TIME schedules that are never due, plus the check alone.
+
+On Spark (``bench/punct_spark.py``, one SparkSession, runs alternating):
+
+* records per second with and without punctuation at 100 ms, 1 s and 10 s of stream time;
+* wall-clock punctuation lag (fire time minus due time), idle and with input.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    BASE_TIMESTAMP_MS,
+    PYTHON,
+    RECORDS_PER_MS,
+    Broker,
+    key_for,
+    last_json_line,
+    log,
+    run_command,
+    stats,
+)
+from processor_api.runtime.config import StreamsConfig
+from processor_api.runtime.records import InputRecord, ListCollector
+from processor_api.runtime.task import Task
+from processor_api.topology import Topology
+
+_LONG = struct.Struct(">q")
+
+
+def make_task(topology: Topology, task_dir: Path, collector: ListCollector) -> Task:
+    sub = topology.subtopologies()[0]
+    task = Task(
+        subtopology=sub,
+        partition=0,
+        store_builders=topology.store_builders,
+        store_factory=lambda builder, ts: builder.build(state_dir=task_dir, timestamp_fn=ts),
+        collector=collector,
+        config=StreamsConfig.from_dict({"application_id": "bench"}),
+    )
+    task.initialize()
+    return task
+
+
+# ------------------------------------------------------------------ punctuation vs store size
+def _fill(task: Task, store: str, size: int) -> None:
+    inner = task.stores[store].inner
+    chunk = 100_000
+    for start in range(0, size, chunk):
+        inner.put_all(
+            [(b"key-%07d" % i, _LONG.pack(i % 97 + 1)) for i in range(start, min(size, start + chunk))]
+        )
+    inner.flush()
+
+
+def _cost_for_size(topology: Topology, size: int, reps: int) -> dict[str, Any]:
+    log(f"punctuation cost: store of {size} keys")
+    root = Path(tempfile.mkdtemp(prefix="bench-punct-"))
+    collector = ListCollector()
+    task = make_task(topology, root / "0_0", collector)
+    _fill(task, "Counts", size)
+    store = task.stores["Counts"].store
+    inner = task.stores["Counts"].inner
+    offset = 0
+    samples: dict[str, list[float]] = {"punctuation": [], "store_all": [], "rocksdb_scan": []}
+    entries: dict[str, int] = {}
+
+    def punctuation() -> int:
+        nonlocal offset
+        collector.drain()
+        # a record at the next grid point fires the punctuation once
+        record = InputRecord("logs", 0, offset, offset * 1000, b"key-0000000", b"v")
+        offset += 1
+        started = time.perf_counter()
+        task.process_batch([record])
+        elapsed = time.perf_counter() - started
+        forwarded = len(collector.drain())
+        task.flush()
+        samples["punctuation"].append(elapsed)
+        return forwarded
+
+    def store_all() -> int:
+        started = time.perf_counter()
+        n = 0
+        with store.all() as it:
+            for _ in it:
+                n += 1
+        samples["store_all"].append(time.perf_counter() - started)
+        return n
+
+    def rocksdb_scan() -> int:
+        started = time.perf_counter()
+        n = 0
+        for _ in inner.range(None, None):
+            n += 1
+        samples["rocksdb_scan"].append(time.perf_counter() - started)
+        return n
+
+    parts = [("punctuation", punctuation), ("store_all", store_all),
+             ("rocksdb_scan", rocksdb_scan)]
+    punctuation()  # warm-up: block cache, first firing
+    samples["punctuation"].clear()
+    for rep in range(reps):
+        for name, fn in parts[rep % 3:] + parts[: rep % 3]:
+            gc.collect()
+            entries[name] = fn()
+    task.close()
+    shutil.rmtree(root, ignore_errors=True)
+    size_result: dict[str, Any] = {"store_keys": size}
+    for name, values in samples.items():
+        s = stats(values)
+        size_result[name] = {
+            "seconds": s, "entries": entries[name], "samples_s": values,
+            "entries_per_s_median": entries[name] / s["median"] if s["median"] else None,
+        }
+    log(f"  punctuation {size_result['punctuation']['entries_per_s_median']:.0f} entries/s, "
+        f"store.all {size_result['store_all']['entries_per_s_median']:.0f}/s, "
+        f"rocksdb scan {size_result['rocksdb_scan']['entries_per_s_median']:.0f}/s")
+    return size_result
+
+
+def punctuation_cost(sizes: list[int], reps: int) -> dict[str, Any]:
+    """Seconds and entries/s of one product-count punctuation over stores of ``sizes`` keys."""
+    from topologies.product_count import build_topology
+
+    topology = build_topology(punctuate_interval_ms=1000)
+    results: dict[str, Any] = {}
+    for size in sizes:
+        results[str(size)] = _cost_for_size(topology, size, reps)
+    return {"sizes": sizes, "reps": reps, "by_size": results,
+            "topology": "topologies.product_count:build_topology(punctuate_interval_ms=1000)",
+            "collector": "ListCollector (drained between firings)"}
+
+
+# -------------------------------------------------------------------- per-record check cost
+def _records(n: int, keys: int = 10_000) -> list[InputRecord]:
+    return [
+        InputRecord("count-input", 0, i, BASE_TIMESTAMP_MS + i // RECORDS_PER_MS,
+                    key_for(i, keys), b"v" * 32)
+        for i in range(n)
+    ]
+
+
+def check_overhead(records: int, reps: int) -> dict[str, Any]:
+    """Time to process ``records`` records with 0, 1, 10 never-due STREAM_TIME schedules."""
+    from bench.punct_topologies import build_check_overhead
+    from topologies.count_per_key import build_topology
+
+    log(f"punctuation check overhead: {records} records, {reps} reps")
+    batch = _records(records)
+    variants = {
+        "0 schedules": build_topology,
+        "1 schedule": lambda: build_check_overhead(schedules=1),
+        "10 schedules": lambda: build_check_overhead(schedules=10),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for rep in range(reps):
+        for name in names[rep % 3:] + names[: rep % 3]:
+            root = Path(tempfile.mkdtemp(prefix="bench-check-"))
+            task = make_task(variants[name](), root / "0_0", ListCollector())
+            task.process_batch(batch[:1000])  # warm-up (the first record fires the schedules)
+            rest = batch[1000:]
+            gc.collect()
+            started = time.perf_counter()
+            task.process_batch(rest)
+            samples[name].append((time.perf_counter() - started) / len(rest))
+            task.flush()
+            task.close()
+            shutil.rmtree(root, ignore_errors=True)
+    # the check alone: maybe_punctuate_stream_time() with nothing due
+    direct: dict[str, Any] = {}
+    for count, name in ((0, "0 schedules"), (1, "1 schedule"), (10, "10 schedules")):
+        root = Path(tempfile.mkdtemp(prefix="bench-check-"))
+        topology = (build_check_overhead(schedules=count) if count else build_topology())
+        task = make_task(topology, root / "0_0", ListCollector())
+        task.process_batch(batch[:10])
+        loops = 1_000_000
+        check = task.maybe_punctuate_stream_time
+        values = []
+        for _ in range(max(reps, 3)):
+            started = time.perf_counter()
+            for _ in range(loops):
+                check()
+            values.append((time.perf_counter() - started) / loops * 1e9)
+        direct[name] = stats(values)
+        task.close()
+        shutil.rmtree(root, ignore_errors=True)
+    per_record = {name: stats(v) for name, v in samples.items()}
+    base = per_record["0 schedules"]["median"]
+    return {
+        "records": records, "reps": reps,
+        "per_record_s": per_record,
+        "samples_per_record_s": samples,
+        "overhead_ns_vs_0": {
+            name: (s["median"] - base) * 1e9 for name, s in per_record.items()
+        },
+        "check_call_ns": direct,
+        "topologies": "topologies.count_per_key (0), bench.punct_topologies:build_check_overhead",
+    }
+
+
+# --------------------------------------------------------------------------- Spark (e2e)
+def spark_intervals(broker: Broker, topic: str, records: int, reps: int) -> dict[str, Any]:
+    cmd = [PYTHON, "-m", "bench.punct_spark", "intervals", "--bootstrap", broker.bootstrap,
+           "--topic", topic, "--records", str(records), "--reps", str(reps)]
+    wall, code, out, log_path = run_command(cmd, label="punctuation-intervals",
+                                            timeout_s=3600)
+    result = last_json_line(out)
+    result.update({"exit_code": code, "log": str(log_path), "wall_s": wall,
+                   "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP")})
+    return result
+
+
+def spark_lag(broker: Broker, seconds: float, reps: int, rate: int) -> dict[str, Any]:
+    cmd = [PYTHON, "-m", "bench.punct_spark", "lag", "--bootstrap", broker.bootstrap,
+           "--seconds", str(seconds), "--reps", str(reps), "--rate", str(rate)]
+    wall, code, out, log_path = run_command(cmd, label="punctuation-lag", timeout_s=3600)
+    result = last_json_line(out)
+    result.update({"exit_code": code, "log": str(log_path), "wall_s": wall,
+                   "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP")})
+    return result

@@ -1,0 +1,280 @@
+"""Throughput, end to end: count per key (10,000 keys, 3 partitions) by four contenders.
+
+* ``processor_api``: ``run-topology topologies.count_per_key:build_topology --available-now
+  --master local[2]`` as a subprocess (Spark start included); checked by reading the local
+  RocksDB stores afterwards (sum of counts = records, 10,000 keys).
+* ``hand_loop``: ``bench/hand_loop.py``, a confluent-kafka consumer loop updating rocksdict.
+* ``quixstreams``: ``bench/quix_count.py`` in its own virtualenv (stateful ``apply``).
+* ``transformWithStateInPandas``: ``bench/tws_count.py`` (Spark, RocksDB state store provider,
+  input from our ``processor_api_kafka`` data source), ``local[2]``.
+* ``engine without Spark (diagnostic)``: ``bench/engine_phases.py``, the library's per-task
+  path (data source reader, pandas, ``Task``, changelog produce) in one process, phase by phase.
+
+Every contender reads the same topic; the wall time of each subprocess (interpreter and Spark
+start included) is the figure. Records per second = records / wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench import profiles
+from bench.common import (
+    BENCH_DIR,
+    OUTPUT_DIR,
+    PYTHON,
+    QUIX_VENV,
+    REPO_DIR,
+    Broker,
+    RunOutcome,
+    alternate,
+    last_json_line,
+    log,
+    outcome_dicts,
+    ratio,
+    run_command,
+    summarize,
+    topic_end_offsets,
+)
+
+PARTITIONS = 3
+KEYS = 10_000
+MASTER = "local[2]"
+MAX_RECORDS_PER_BATCH = 200_000
+TWS_EXTRA = OUTPUT_DIR / ".venvs" / "tws-extra"  # protobuf for transformWithStateInPandas
+#: Tansu only returns configs that were set explicitly; Quix Streams needs retention.* of its
+#: input topic to derive its changelog topics, so the input topic is created with them.
+TOPIC_CONFIG = {"retention.ms": "604800000", "retention.bytes": "-1"}
+
+
+def run_topology_bin() -> str:
+    return str(Path(PYTHON).parent / "run-topology")
+
+
+#: Diagnostic contender: the same run with spark.sql.shuffle.partitions=10. The runner groups
+#: rows by the task id string and sets shuffle partitions = tasks (3); Spark's
+#: pmod(murmur3("0_0" | "0_1" | "0_2"), 3) is 1 for all three, so every task runs in one Spark
+#: task, one after the other, on one core. With 10 partitions they land in 0, 5 and 6.
+SPREAD = "processor_api tasks spread (diagnostic)"
+SPREAD_PARTITIONS = 10
+
+
+def processor_api_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str,
+                      extra: tuple[str, ...] = ()) -> list[str]:
+    return [
+        run_topology_bin(), "topologies.count_per_key:build_topology",
+        "--bootstrap-servers", bootstrap, "--application-id", app_id,
+        "--state-dir", state_dir, "--available-now", "--master", MASTER,
+        "--max-records-per-batch", str(MAX_RECORDS_PER_BATCH),
+        "--topology-arg", f"input_topic={json.dumps(topic)}", *extra,
+    ]
+
+
+#: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
+CACHING = "processor_api caching (diagnostic)"
+BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
+
+
+def spread_extra() -> tuple[str, ...]:
+    return ("--spark-conf", f"spark.sql.shuffle.partitions={SPREAD_PARTITIONS}")
+
+
+def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
+    return [PYTHON, "-m", "bench.hand_loop", "--bootstrap", bootstrap, "--topic", topic,
+            "--partitions", str(PARTITIONS), "--records", str(records), "--state-dir", state_dir]
+
+
+def quix_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
+    return [str(QUIX_VENV / "bin" / "python"), str(BENCH_DIR / "quix_count.py"),
+            "--bootstrap", bootstrap, "--topic", topic, "--records", str(records),
+            "--state-dir", state_dir]
+
+
+def tws_cmd(bootstrap: str, topic: str, records: int, ends: dict[int, int], checkpoint: str):
+    end_json = json.dumps({topic: {str(p): n for p, n in ends.items()}})
+    return [PYTHON, "-m", "bench.tws_count", "--bootstrap", bootstrap, "--topic", topic,
+            "--end-offsets", end_json, "--records", str(records), "--checkpoint", checkpoint,
+            "--master", MASTER, "--partitions", str(PARTITIONS),
+            "--max-records-per-batch", str(MAX_RECORDS_PER_BATCH)]
+
+
+#: Diagnostic contender: the library's per-task path without Spark (bench/engine_phases.py).
+ENGINE = "engine without Spark (diagnostic)"
+
+
+def engine_cmd(bootstrap: str, topic: str, records: int) -> list[str]:
+    return [PYTHON, "-m", "bench.engine_phases", "--bootstrap", bootstrap, "--topic", topic,
+            "--partitions", str(PARTITIONS), "--records", str(records),
+            "--batch", str(MAX_RECORDS_PER_BATCH)]
+
+
+def tws_env() -> dict[str, str]:
+    return {"PYTHONPATH": f"{TWS_EXTRA}:{REPO_DIR}"}
+
+
+def _verify_processor_api(state_dir: str, app_id: str, records: int) -> dict[str, Any]:
+    from processor_api.runtime.inspect import read_local_store
+    from processor_api.serdes import Serdes
+
+    counts = read_local_store(state_dir, app_id, "counts", Serdes.string(), Serdes.long())
+    return {"keys": len(counts), "sum_counts": sum(counts.values())}
+
+
+def _phase_times(log_path: Path) -> dict[str, Any]:
+    """Seconds from process start to query start and to the end, from the run's own log."""
+    import re
+    from datetime import datetime
+
+    stamps: dict[str, float] = {}
+    pattern = re.compile(r"timestamp='([^']+)' level='\w+' event='(\w+)'")
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = pattern.search(line)
+        if match and match.group(2) not in stamps:
+            stamps[match.group(2)] = datetime.fromisoformat(
+                match.group(1).replace("Z", "+00:00")).timestamp()
+    out: dict[str, Any] = {}
+    if "topology_planned" in stamps and "query_started" in stamps:
+        out["planned_to_query_started_s"] = round(
+            stamps["query_started"] - stamps["topology_planned"], 2)
+    if "query_started" in stamps and "run_finished" in stamps:
+        out["query_started_to_finished_s"] = round(
+            stamps["run_finished"] - stamps["query_started"], 2)
+    return out
+
+
+def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], tag: str,
+               timeout_s: float, include: set[str] | None = None) -> dict[str, Any]:
+    bootstrap = broker.bootstrap
+
+    def processor_api(rep: int, name: str = "processor_api",
+                      extra: tuple[str, ...] = ()) -> RunOutcome:
+        state_dir = tempfile.mkdtemp(prefix="bench-pa-")
+        app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
+        label = {"processor_api": "processor_api", SPREAD: "processor_api_spread",
+                 CACHING: "processor_api_caching", BIG_BATCHES: "processor_api_1M_batches"}[name]
+        wall, code, out, log_path = run_command(
+            processor_api_cmd(bootstrap, topic, state_dir, app_id, extra),
+            label=f"throughput-{tag}-{label}-{rep}", timeout_s=timeout_s)
+        metrics: dict[str, Any] = {}
+        error = None
+        if code == 0:
+            metrics = _verify_processor_api(state_dir, app_id, records)
+            metrics.update(_phase_times(log_path))
+            if metrics["sum_counts"] != records or metrics["keys"] != KEYS:
+                error = f"wrong counts: {metrics}"
+        else:
+            error = f"exit {code}, see {log_path}"
+        return RunOutcome(name, rep, wall, error is None, metrics, error, str(log_path))
+
+    def hand_loop(rep: int) -> RunOutcome:
+        state_dir = tempfile.mkdtemp(prefix="bench-hand-")
+        wall, code, out, log_path = run_command(
+            hand_loop_cmd(bootstrap, topic, records, state_dir),
+            label=f"throughput-{tag}-hand_loop-{rep}", timeout_s=timeout_s)
+        metrics = last_json_line(out)
+        ok = code == 0 and metrics.get("sum_counts") == records and metrics.get("keys") == KEYS
+        return RunOutcome("hand_loop", rep, wall, ok, metrics,
+                          None if ok else f"exit {code}: {metrics}", str(log_path))
+
+    def quixstreams(rep: int) -> RunOutcome:
+        state_dir = tempfile.mkdtemp(prefix="bench-quix-")
+        wall, code, out, log_path = run_command(
+            quix_cmd(bootstrap, topic, records, state_dir),
+            label=f"throughput-{tag}-quixstreams-{rep}", timeout_s=timeout_s)
+        metrics = last_json_line(out)
+        ok = code == 0 and metrics.get("records") == records
+        return RunOutcome("quixstreams", rep, wall, ok, metrics,
+                          None if ok else f"exit {code}: {metrics}", str(log_path))
+
+    def tws(rep: int) -> RunOutcome:
+        checkpoint = tempfile.mkdtemp(prefix="bench-tws-")
+        wall, code, out, log_path = run_command(
+            tws_cmd(bootstrap, topic, records, ends, checkpoint + "/cp"),
+            label=f"throughput-{tag}-tws-{rep}", timeout_s=timeout_s, env=tws_env())
+        metrics = last_json_line(out)
+        ok = code == 0 and metrics.get("records") == records
+        return RunOutcome("transformWithStateInPandas", rep, wall, ok, metrics,
+                          None if ok else f"exit {code}: {metrics}", str(log_path))
+
+    def engine(rep: int) -> RunOutcome:
+        wall, code, out, log_path = run_command(
+            engine_cmd(bootstrap, topic, records),
+            label=f"throughput-{tag}-engine-{rep}", timeout_s=timeout_s)
+        metrics = last_json_line(out)
+        ok = code == 0 and metrics.get("records") == records
+        return RunOutcome(ENGINE, rep, wall, ok, metrics,
+                          None if ok else f"exit {code}: {metrics}", str(log_path))
+
+    all_contenders = {
+        "processor_api": processor_api,
+        "hand_loop": hand_loop,
+        "quixstreams": quixstreams,
+        "transformWithStateInPandas": tws,
+        ENGINE: engine,
+        SPREAD: lambda rep: processor_api(rep, SPREAD, spread_extra()),
+        CACHING: lambda rep: processor_api(rep, CACHING, ("--topology-arg", "caching=true")),
+        BIG_BATCHES: lambda rep: processor_api(
+            rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")),
+    }
+    if not (QUIX_VENV / "bin" / "python").exists():
+        log("  quixstreams venv missing (bench/.venvs/quix): Quix Streams not run")
+        all_contenders.pop("quixstreams")
+    return {k: v for k, v in all_contenders.items() if include is None or k in include}
+
+
+def run_size(broker: Broker, records: int, reps: int, include: set[str] | None = None,
+             timeout_s: float | None = None) -> dict[str, Any]:
+    """Produce ``records`` to a fresh topic and run every contender ``reps`` times on it."""
+    from bench.common import produce_input
+
+    tag = f"{records // 1000}k" if records < 1_000_000 else f"{records // 1_000_000}M"
+    topic = f"bench-count-{tag}"
+    broker.create_topic(topic, PARTITIONS, TOPIC_CONFIG)
+    log(f"throughput {tag}: producing {records} records to {topic}")
+    produced = produce_input(broker.bootstrap, topic, records, KEYS)
+    ends = topic_end_offsets(broker.bootstrap, topic, PARTITIONS)
+    assert sum(ends.values()) == records, ends
+    timeout = timeout_s or max(600.0, records / 2_000)
+    runs = alternate(contenders(broker, topic, records, ends, tag, timeout, include), reps)
+    summary = summarize(runs, records)
+    pa = summary.get("processor_api", {}).get("records_per_s_median")
+    ratios = {
+        f"processor_api / {name}": ratio(pa, s.get("records_per_s_median"))
+        for name, s in summary.items() if name != "processor_api"
+    }
+    return {
+        "records": records, "keys": KEYS, "partitions": PARTITIONS, "topic": topic,
+        "produce": produced, "end_offsets": ends, "reps": reps, "master": MASTER,
+        "max_records_per_batch": MAX_RECORDS_PER_BATCH,
+        "commands": {
+            "processor_api": " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
+            "hand_loop": " ".join(hand_loop_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
+            "quixstreams": " ".join(quix_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
+            "transformWithStateInPandas": " ".join(
+                tws_cmd("BOOTSTRAP", topic, records, ends, "CHECKPOINT")),
+            ENGINE: " ".join(engine_cmd("BOOTSTRAP", topic, records)),
+            SPREAD: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
+                                               spread_extra())),
+            CACHING: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
+                                                ("--topology-arg", "caching=true"))),
+            BIG_BATCHES: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
+                                                    ("--max-records-per-batch", "1000000"))),
+        },
+        "runs": outcome_dicts(runs),
+        "summary": summary,
+        "throughput_ratios": {k: v for k, v in ratios.items() if v is not None
+                              and not math.isnan(v)},
+    }
+
+
+def profile_processor_api(broker: Broker, topic: str, records: int, tag: str) -> dict[str, Any]:
+    state_dir = tempfile.mkdtemp(prefix="bench-pa-prof-")
+    app_id = f"bench-cpk-prof-{tag}-{uuid.uuid4().hex[:6]}"
+    cmd = processor_api_cmd(broker.bootstrap, topic, state_dir, app_id)
+    return profiles.run_profiled(cmd, f"profile-throughput-{tag}-processor_api",
+                                 timeout_s=max(900.0, records / 1000))
