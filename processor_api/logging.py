@@ -12,6 +12,9 @@ import sys
 import structlog
 
 _configured = False
+# One list, filled in place: loggers bound before configure_logging() (module-level ones, in
+# Spark workers) keep a reference to it, so they follow the format configured later.
+_PROCESSORS: list = []
 
 
 def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
@@ -30,14 +33,15 @@ def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
             key_order=["timestamp", "level", "event"], drop_missing=True
         )
     )
+    _PROCESSORS[:] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        renderer,
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=_PROCESSORS,
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelName(level.upper())
         ),

@@ -145,20 +145,42 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
     )
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
+    _launch_jvm_in_own_session()
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
 
+def _launch_jvm_in_own_session() -> None:
+    """Start Spark's JVM in a session of its own.
+
+    ``kill -TERM -<pgid>`` (or systemd's control-group stop) then reaches only this driver
+    process, which stops the query after the batch in flight; the JVM would otherwise die at
+    once and take the batch with it. The JVM still exits when the driver exits (it watches its
+    standard input).
+    """
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is None:
+        SparkContext._ensure_initialized(
+            gateway=launch_gateway(popen_kwargs={"start_new_session": True})
+        )
+
+
 _PYTHON_ERROR = re.compile(
-    r"^\s*((?:processor_api\.errors\.)?\w*(?:Error|Exception)): (.+)$", re.MULTILINE
+    r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (.+)$", re.MULTILINE
 )
+_WRAPPER_PREFIXES = ("org.", "java.", "py4j.", "pyspark.errors.", "scala.")
 
 
 def explain_failure(exc: BaseException) -> str:
     """The most useful line of a Spark failure: the Python error raised in the task."""
     text = str(exc)
-    matches = [m for m in _PYTHON_ERROR.finditer(text) if "py4j" not in m.group(1).lower()]
+    matches = [
+        m for m in _PYTHON_ERROR.finditer(text)
+        if not m.group(1).startswith(_WRAPPER_PREFIXES) and "py4j" not in m.group(1).lower()
+    ]
     for match in reversed(matches):
         if "processor_api" in match.group(1) or match.group(1).endswith(
             ("ProcessingError", "StreamsError", "DeliveryError", "StoreError")
@@ -279,6 +301,7 @@ class TopologyRunner:
         from processor_api.runtime.bootstrap_source import BOOTSTRAP_FORMAT, TaskBootstrapSource
 
         plan = self.plan or self.prepare()
+        self._check_checkpoint_mode(available_now)
         if self._spark is None:
             self._spark = build_spark_session(
                 self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
@@ -354,6 +377,30 @@ class TopologyRunner:
             state_dir=self.settings.state_dir, guarantee=self.config.processing_guarantee,
         )
         return self._query
+
+    def _check_checkpoint_mode(self, available_now: bool) -> None:
+        """Refuse to resume a checkpoint written in the other mode.
+
+        Continuous runs use a processing-time GroupState timeout and available-now runs none
+        (Spark never ends an AvailableNow query otherwise); Spark stores the state with a
+        different schema in each case and cannot resume one from the other.
+        """
+        mode = "available-now" if available_now else "continuous"
+        checkpoint = Path(self.settings.resolved_checkpoint_dir)
+        marker = checkpoint / "processor_api_mode"
+        if marker.exists():
+            recorded = marker.read_text().strip()
+            if recorded != mode:
+                raise ConfigError(
+                    f"the Spark checkpoint {checkpoint} was written by a {recorded} run and "
+                    f"cannot be resumed by a {mode} run (Spark's state schema differs); run in "
+                    f"{recorded} mode, or use another --checkpoint-dir/--application-id"
+                )
+            return
+        if (checkpoint / "offsets").exists():
+            return  # a checkpoint from before the marker existed: let Spark decide
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        marker.write_text(mode + "\n")
 
     def _starting_offsets(self) -> str:
         policies = {

@@ -1,0 +1,166 @@
+"""Crash soak (issue 4, item 3): seed 000's sales aggregation under ``run-topology``, killed
+with ``kill -9`` (the whole process tree) again and again, then compared with a reference fold.
+
+    python -m tests.reliability.soak --events 30000 --kills 8 --guarantee both \\
+        --out bench/results/soak.json
+
+For each guarantee: a fresh input topic (3 partitions) gets ``--events`` sales over
+``--products`` products; ``run-topology --available-now`` is started and killed ``--kills``
+times, cycling through the kill kinds ``mid_batch`` (after a task's ``task_batch_done``, as
+soon as the next task's first output records are in the log: inside its transaction under
+exactly-once), ``between_batches`` (once a batch's
+commit file is in the Spark checkpoint), ``state_dir_deleted`` (a mid-batch kill, then the
+state dir is deleted) and ``restore`` (at the next ``restore_start``); then one run goes to the
+end. A ``read_committed`` reader's view of the output is compared with the reference fold (see
+``tests/reliability/conftest.py``: ``compare``), both as read and with the records of aborted
+transactions removed (Tansu shows them to ``read_committed`` readers; a Kafka broker does not).
+
+Prints a summary table, writes every detail as JSON to ``--out``, exits 1 if a guarantee was
+broken. Uses an embedded Tansu broker unless ``--bootstrap-servers`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from tests.reliability.conftest import KILL_KINDS, CrashScenario, is_ok, make_sales
+
+GUARANTEES = ("at_least_once", "exactly_once_v2")
+CYCLE = ("mid_batch", "between_batches", "state_dir_deleted", "restore")
+
+
+def kill_plan(kills: int) -> list[str]:
+    return [CYCLE[i % len(CYCLE)] for i in range(kills)]
+
+
+def verdict(report) -> bool:
+    committed, visible = report.committed_only, report.read_committed
+    ok = is_ok(committed, report.guarantee) and report.store_totals_equal
+    if report.guarantee == "exactly_once_v2":
+        ok = ok and visible.extra == report.aborted_visible and visible.missing == 0
+    return ok
+
+
+def table(reports) -> str:
+    header = ("guarantee", "view", "runs", "kills mid/betw/st_del/restore", "in output",
+              "restores hit",
+              "events", "expected", "seen", "missing", "extra", "wrong", "order",
+              "aborted shown", "totals equal", "ok")
+    rows = []
+    for report in reports:
+        kinds = report.kills_by_kind()
+        in_restore = sum(1 for k in report.kills if k.kind == "restore" and k.done
+                         and k.detail.get("in_flight"))
+        mid = [k for k in report.kills if k.done and k.kind in ("mid_batch", "state_dir_deleted")]
+        in_output = sum(1 for k in mid if k.detail.get("output_in_flight"))
+        for view, comparison in (("read_committed", report.read_committed),
+                                 ("committed txns", report.committed_only)):
+            if view == "committed txns" and report.guarantee != "exactly_once_v2":
+                continue
+            rows.append((
+                report.guarantee, view, report.runs,
+                "/".join(str(kinds[k]) for k in ("mid_batch", "between_batches",
+                                                  "state_dir_deleted", "restore")),
+                f"{in_output}/{len(mid)}", f"{in_restore}/{kinds['restore']}", report.events,
+                comparison.expected, comparison.seen, comparison.missing, comparison.extra,
+                comparison.wrong, comparison.order_violations, report.aborted_visible,
+                comparison.totals_equal and report.store_totals_equal,
+                is_ok(comparison, report.guarantee) and report.store_totals_equal,
+            ))
+    widths = [max(len(str(v)) for v in column) for column in zip(header, *rows, strict=True)]
+    lines = ["  ".join(str(v).rjust(w) for v, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(v).rjust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.reliability.soak",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--products", type=int, default=150)
+    parser.add_argument("--kills", type=int, default=8)
+    parser.add_argument("--guarantee", choices=[*GUARANTEES, "both"], default="both")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--max-records-per-batch", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pause-ms", type=float, default=0.0,
+                        help="> 0: run the paced twin of seed 000's topology (sleeps this long "
+                             "per record, same output) so mid-batch kills land inside open "
+                             "transactions")
+    parser.add_argument("--bootstrap-servers", default=None,
+                        help="an existing broker (default: an embedded Tansu broker)")
+    parser.add_argument("--workdir", default=None, help="state, checkpoints and logs "
+                        "(default: a temp dir, deleted unless --keep)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+
+    guarantees = list(GUARANTEES) if args.guarantee == "both" else [args.guarantee]
+    plan = kill_plan(args.kills)
+    sales = make_sales(args.events, args.products, seed=args.seed)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="processor-api-soak-"))
+    started = time.time()
+    reports = []
+
+    def log(message: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+    with ExitStack() as stack:
+        bootstrap = args.bootstrap_servers
+        if bootstrap is None:
+            from processor_api.kafka.embedded import EmbeddedKafka
+
+            bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+        for number, guarantee in enumerate(guarantees):
+            log(f"{guarantee}: {args.events} events, {args.products} products, kills {plan}")
+            scenario = CrashScenario(
+                bootstrap, workdir / guarantee, guarantee, sales,
+                partitions=args.partitions, max_records_per_batch=args.max_records_per_batch,
+                seed=args.seed * 100 + number, pause_ms=args.pause_ms, log=log,
+            )
+            report = scenario.run(plan)
+            reports.append(report)
+            log(f"{guarantee}: done in {report.duration_s}s, ok={verdict(report)}")
+
+    print()
+    print(table(reports))
+    ok = all(verdict(r) for r in reports)
+    print(f"\nresult: {'OK' if ok else 'GUARANTEE BROKEN'}\n"
+          "  exactly-once is judged on committed transactions; 'aborted shown': records of "
+          "aborted transactions\n  that Tansu returns to read_committed readers; 'in output': "
+          "mid-batch kills made after the next\n  task's first output reached the log; "
+          "'restores hit': restore kills that landed before restore_done")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "command": " ".join([Path(sys.executable).name, "-m", "tests.reliability.soak",
+                                 *(argv if argv is not None else sys.argv[1:])]),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+            "duration_s": round(time.time() - started, 1),
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "python": platform.python_version()},
+            "parameters": vars(args),
+            "kill_plan": plan,
+            "kill_kinds": list(KILL_KINDS),
+            "ok": ok,
+            "reports": [dict(r.as_dict(), ok=verdict(r)) for r in reports],
+        }, indent=1, default=str))
+        print(f"wrote {out}")
+    if not args.keep and not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Shutdown and setup faults (issue 4, item 5), with ``run-topology`` in a subprocess:
+
+* SIGTERM stops after the micro-batch in flight (exit 0); the stores are consistent (the
+  restart repairs nothing) and a restart resumes: exactly-once output over both runs;
+* the broker gone at start or in the middle of a batch -> a clear error in bounded time;
+* a second ``run-topology`` with the same application id and state dir is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from processor_api.kafka.embedded import EmbeddedKafka, free_port
+from tests.reliability.conftest import (
+    SALES,
+    CliRun,
+    cli_args,
+    compare,
+    create_topics_now,
+    expected_notifications,
+    fold_totals,
+    is_ok,
+    make_sales,
+    notifications_by_product,
+    produce_sales,
+    read_topic,
+    topic_transaction_status,
+    uid,
+)
+
+pytestmark = pytest.mark.integration
+
+REPAIR_EVENTS = ("store_wipe", "restore_start", "committed_transaction_adopted")
+
+
+def _sales_setup(bootstrap: str, sales, partitions: int = 3) -> dict[str, str]:
+    run_id = uid()
+    topics = {"input_topic": f"sd-in-{run_id}", "output_topic": f"sd-out-{run_id}"}
+    create_topics_now(bootstrap, {topics["input_topic"]: partitions,
+                                  topics["output_topic"]: partitions})
+    produce_sales(bootstrap, topics["input_topic"], sales)
+    return topics
+
+
+def _check_output(bootstrap, topics, sales, guarantee, state_dir, app_id):
+    from processor_api.runtime.inspect import read_local_store
+    from processor_api.serdes import Serdes
+
+    records = read_topic(bootstrap, topics["output_topic"])
+    status = topic_transaction_status(bootstrap, topics["output_topic"])
+    kept = [r for r in records if status.get((r.partition, r.offset)) != "aborted"]
+    store = read_local_store(state_dir, app_id, "PRODUCT_AGGREGATED_SALES", Serdes.string(),
+                             Serdes.long())
+    result = compare(expected_notifications(sales), notifications_by_product(kept), guarantee,
+                     fold_totals(sales), store)
+    assert is_ok(result, guarantee), result
+    return result, len(records) - len(kept)
+
+
+def _stop_when_processed(run: CliRun, total: int, timeout_s: float) -> int:
+    """Wait until the run's batches processed ``total`` records, then SIGTERM it."""
+    deadline = time.monotonic() + timeout_s
+    while sum(e["records"] for e in run.find("batch_done")) < total:
+        if not run.is_alive():
+            raise AssertionError(f"the run ended early; {run.tail()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not all {total} records processed in {timeout_s:g}s; "
+                                 f"{run.tail()}")
+        time.sleep(0.2)
+    run.signal(signal.SIGTERM)
+    return run.wait(120)
+
+
+def test_sigterm_stops_after_the_batch_in_flight_and_a_restart_resumes(kafka, tmp_path):
+    bootstrap = kafka.bootstrap_servers
+    sales = make_sales(1500, 30, seed=11)
+    topics = _sales_setup(bootstrap, sales)
+    app_id = f"sigterm-{uid()}"
+    state_dir = tmp_path / "state"
+    args = cli_args(SALES, bootstrap, app_id, state_dir, guarantee="exactly_once_v2",
+                    available_now=False, max_records_per_batch=300, topology_args=topics)
+
+    with CliRun(args, tmp_path / "run-1.log") as first:
+        batch = first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0,
+                                 300)
+        first.wait_event("task_batch_done", 120, after=batch.index + 1)  # mid-batch
+        first.signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = first.wait(120)
+        stop_s = time.monotonic() - sent
+    assert code == 0, first.tail()
+    names = first.names()
+    assert "stop_requested" in names and "query_stopped" in names, first.tail()
+    assert "run_failed" not in names
+    assert stop_s < 90, f"took {stop_s:.1f}s to stop"
+    for task in ("0_0", "0_1", "0_2"):
+        assert (state_dir / app_id / task / ".checkpoint").exists(), task
+    processed = sum(e["records"] for e in first.find("batch_done"))
+    assert 0 < processed < len(sales), processed
+    # the batch in flight when SIGTERM came was completed, not abandoned
+    assert names.index("stop_requested") < names.index("query_stopped")
+    assert names[names.index("stop_requested"):].count("batch_done") >= 1, first.tail()
+
+    with CliRun(args, tmp_path / "run-2.log") as second:
+        code = _stop_when_processed(second, len(sales) - processed, 420)
+    assert code == 0, second.tail()
+    repaired = [n for n in second.names() if n in REPAIR_EVENTS]
+    assert repaired == [], f"the stop left something to repair: {repaired}"
+    assert sum(e["records"] for e in second.find("batch_done")) == len(sales) - processed
+    _check_output(bootstrap, topics, sales, "exactly_once_v2", state_dir, app_id)
+
+
+def test_available_now_refuses_a_continuous_runs_checkpoint_clearly(kafka, tmp_path):
+    """Spark's state schema differs between the modes: refused up front, exit 2, nothing lost."""
+    bootstrap = kafka.bootstrap_servers
+    sales = make_sales(600, 20, seed=16)
+    topics = _sales_setup(bootstrap, sales)
+    app_id = f"modes-{uid()}"
+    state_dir = tmp_path / "state"
+
+    def args(available_now: bool) -> list[str]:
+        return cli_args(SALES, bootstrap, app_id, state_dir, available_now=available_now,
+                        max_records_per_batch=300, topology_args=topics)
+
+    with CliRun(args(False), tmp_path / "run-1.log") as first:
+        first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
+        first.signal(signal.SIGTERM)
+        assert first.wait(120) == 0, first.tail()
+    with CliRun(args(True), tmp_path / "run-2.log") as second:
+        code = second.wait(300)
+    assert code == 2, second.tail()
+    assert "written by a continuous run" in second.error_line(), second.error_line()
+    with CliRun(args(False), tmp_path / "run-3.log") as third:  # the right mode resumes
+        third.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
+        third.signal(signal.SIGTERM)
+        assert third.wait(120) == 0, third.tail()
+
+
+def test_sigterm_to_the_whole_process_group_stops_cleanly(kafka, tmp_path):
+    bootstrap = kafka.bootstrap_servers
+    sales = make_sales(900, 20, seed=12)
+    topics = _sales_setup(bootstrap, sales)
+    args = cli_args(SALES, bootstrap, f"sigterm-group-{uid()}", tmp_path / "state",
+                    available_now=False, max_records_per_batch=300, topology_args=topics)
+    with CliRun(args, tmp_path / "run.log") as run:
+        batch = run.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
+        run.wait_event("task_batch_done", 120, after=batch.index + 1)
+        os.killpg(run.pid, signal.SIGTERM)  # as systemd / `kill -TERM -PGID` do
+        code = run.wait(120)
+    assert code == 0 and "query_stopped" in run.names(), run.tail()
+
+
+class _BlackHole:
+    """A TCP port that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(connection)
+
+    def close(self) -> None:
+        self.sock.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+@pytest.mark.parametrize("broker", ["refused", "black_hole"])
+def test_broker_unreachable_at_start_exits_2_quickly_naming_it(broker, tmp_path):
+    hole = _BlackHole() if broker == "black_hole" else None
+    address = hole.address if hole else f"127.0.0.1:{free_port()}"
+    try:
+        args = cli_args(SALES, address, f"nobroker-{uid()}", tmp_path / "state",
+                        topology_args={"input_topic": "in", "output_topic": "out"})
+        started = time.monotonic()
+        with CliRun(args, tmp_path / "run.log") as run:
+            code = run.wait(60)
+        elapsed = time.monotonic() - started
+    finally:
+        if hole:
+            hole.close()
+    assert code == 2, run.tail()
+    line = run.error_line() or ""
+    assert line.startswith("run-topology: error: ") and address in line, run.tail()
+    assert elapsed < 30, f"took {elapsed:.1f}s"
+
+
+def test_broker_gone_in_the_middle_of_a_batch_fails_within_bounded_time(tmp_path):
+    """Exactly-once, the broker stopped right after the first task of the first micro-batch
+    finished: the run must end with exit 1 and one ``run-topology: failed:`` line, not hang.
+
+    (How clear that line is depends on where the run notices: see
+    ``test_logging.py::test_a_worker_kafka_exception_is_explained``.)"""
+    with EmbeddedKafka() as broker:
+        bootstrap = broker.bootstrap_servers
+        sales = make_sales(900, 20, seed=13)
+        topics = _sales_setup(bootstrap, sales)
+        args = cli_args(SALES, bootstrap, f"gone-{uid()}", tmp_path / "state",
+                        guarantee="exactly_once_v2", available_now=False,
+                        max_records_per_batch=300, topology_args=topics)
+        with CliRun(args, tmp_path / "run.log") as run:
+            run.wait_event("task_batch_done", 300)
+            broker.stop()
+            stopped = time.monotonic()
+            code = run.wait(240)
+            elapsed = time.monotonic() - stopped
+    assert code == 1, run.tail()
+    line = run.error_line()
+    assert line and line.startswith("run-topology: failed: "), run.tail()
+    assert elapsed < 150, f"took {elapsed:.1f}s after the broker stopped"
+    print(f"broker gone mid-batch: exit {code} after {elapsed:.1f}s: {line[:300]}")
+
+
+def test_a_second_run_with_the_same_application_id_and_state_dir_is_refused(kafka, tmp_path):
+    bootstrap = kafka.bootstrap_servers
+    first_sales = make_sales(600, 20, seed=14)
+    topics = _sales_setup(bootstrap, first_sales)
+    app_id = f"twice-{uid()}"
+    state_dir = tmp_path / "state"
+    args = cli_args(SALES, bootstrap, app_id, state_dir, available_now=False,
+                    topology_args=topics)
+    with CliRun(args, tmp_path / "first.log") as first:
+        first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
+        checkpoints = sorted(Path(state_dir, app_id).glob("*/.checkpoint"))
+        assert len(checkpoints) == 3
+        for extra in ([], ["--cleanup"]):
+            started = time.monotonic()
+            with CliRun(args + extra, tmp_path / "second.log") as second:
+                code = second.wait(120)
+            elapsed = time.monotonic() - started
+            assert code == 2, second.tail()
+            line = second.error_line() or ""
+            for part in ("already running", repr(app_id), f"pid {first.pid}"):
+                assert part in line, f"{part!r} missing from: {line}"
+            assert elapsed < 60, f"refused only after {elapsed:.1f}s"
+            assert second.find("query_started") == []
+            assert sorted(Path(state_dir, app_id).glob("*/.checkpoint")) == checkpoints
+        # the first run is unharmed: it goes on with new input, then stops normally
+        mark = len(first.events)
+        more = make_sales(300, 20, seed=15, start_ts=1_800_000_000_000)
+        produce_sales(bootstrap, topics["input_topic"], more)
+        first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 120,
+                         after=mark)
+        processed = sum(e["records"] for e in first.find("batch_done"))
+        deadline = time.monotonic() + 120
+        while processed < len(first_sales) + len(more) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            processed = sum(e["records"] for e in first.find("batch_done"))
+        first.signal(signal.SIGTERM)
+        assert first.wait(120) == 0, first.tail()
+    assert "run_failed" not in first.names()
+    _check_output(bootstrap, topics, first_sales + more, "at_least_once", state_dir, app_id)
