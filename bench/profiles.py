@@ -114,7 +114,7 @@ def summarize(path: Path, top: int = 15) -> dict[str, Any]:
             ],
             "top_inclusive": [
                 {"function": f, "samples": n, "share_of_process": round(n / samples, 3)}
-                for f, n in incl_counts[kind].most_common(top + 10)
+                for f, n in incl_counts[kind].most_common(top + 60)
             ],
         }
     return {"file": str(path), "samples": total, "processes": kinds}

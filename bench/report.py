@@ -364,10 +364,13 @@ def _profiles(data: dict, mode: str, out: list[str]) -> None:
             if p["share"] is not None and p["share"] < 0.05:
                 continue
             out += [f"**{kind}** ({p['samples']} samples, {p['share']:.0%} of all)", "",
-                    "| self % | function | | total % | function |", "|---:|---|---|---:|---|"]
+                    "| self % | function | | total % | library function (inclusive) |",
+                    "|---:|---|---|---:|---|"]
+            library = [t for t in p["top_inclusive"]
+                       if any(a in t["function"] for a in ("processor_api/", "topologies/"))]
             for i in range(min(12, max(len(p["top_self"]), 1))):
                 s = p["top_self"][i] if i < len(p["top_self"]) else None
-                t = p["top_inclusive"][i] if i < len(p["top_inclusive"]) else None
+                t = library[i] if i < len(library) else None
                 out.append(
                     f"| {_fmt(s['share_of_process'] * 100, 1) if s else ''} | "
                     f"{s['function'] if s else ''} | | "
