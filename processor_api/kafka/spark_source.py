@@ -89,6 +89,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -463,8 +464,6 @@ class _BatchBuilder:
         return len(self.offsets)
 
     def add(self, message: Any) -> None:
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
         ts_type, ts = message.timestamp()
         self.offsets.append(message.offset())
         self.timestamps.append(-1 if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts))
