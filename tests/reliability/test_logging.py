@@ -1,13 +1,13 @@
 """What an operator reads: structlog events in the chosen format, one clear error line.
 
-Two library bugs found while building the crash tests, pinned here (both xfail, strict):
+Two library bugs found while building the crash tests, pinned here (fixed in 4f494bb):
 
-* module-level loggers ignore ``--log-format json`` in Spark's Python workers, so events such
-  as ``restore_start`` / ``store_wipe`` / ``transactional_producer_ready`` come out as
-  ``key='value'`` lines in a JSON log (``conftest.parse_log_line`` reads both meanwhile);
+* module-level loggers ignored ``--log-format json`` in Spark's Python workers (they are bound
+  before the worker configures logging), so events such as ``restore_start`` / ``store_wipe``
+  came out as ``key='value'`` lines in a JSON log (``conftest.parse_log_line`` reads both);
 * a Kafka exception raised in a worker (e.g. ``init_transactions`` timing out once the broker
-  is gone) reaches the user as Spark's wrapper line ending in "Traceback (most recent call
-  last):", because ``explain_failure`` only recognizes undotted exception names.
+  is gone) reached the user as Spark's wrapper line ending in "Traceback (most recent call
+  last):", because ``explain_failure`` only recognized undotted exception names.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-
-import pytest
 
 from processor_api.runtime.spark_runner import explain_failure
 from tests.reliability.conftest import REPO_ROOT, parse_log_line
@@ -34,6 +32,7 @@ def test_parse_log_line_reads_json_and_console_lines():
 
 
 def test_module_level_loggers_follow_the_format_configured_later():
+    """A logger bound at import (before ``configure_logging('json')``) prints JSON."""
     code = (
         "import processor_api.runtime.task_state as task_state\n"
         "from processor_api.logging import configure_logging\n"
