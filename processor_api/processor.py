@@ -56,7 +56,13 @@ class Record:
     headers: Headers = ()
 
     def __post_init__(self) -> None:
-        _check_timestamp(self.timestamp)
+        # Fast path for the common case (built per input record and per forward): an exact
+        # non-negative int timestamp and no headers need no further checks.
+        timestamp, headers = self.timestamp, self.headers
+        if timestamp.__class__ is int and headers.__class__ is tuple:
+            if timestamp >= 0 and not headers:
+                return
+        _check_timestamp(timestamp)
         if not isinstance(self.headers, tuple) or any(
             not (isinstance(h, tuple) and len(h) == 2) for h in self.headers
         ):

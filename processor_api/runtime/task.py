@@ -117,7 +117,16 @@ class _NodeContext(ProcessorContext):
         return self._task.stores[name].store
 
     def record_metadata(self) -> RecordMetadata | None:
-        return self._task._current_metadata
+        task = self._task
+        metadata = task._current_metadata
+        if metadata is None:
+            raw = task._current_raw
+            if raw is None:
+                return None  # in punctuation, init() or close()
+            # Made on first use only: most processors never ask.
+            metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
+            task._current_metadata = metadata
+        return metadata
 
     def current_stream_time_ms(self) -> int:
         return self._task.stream_time
@@ -165,8 +174,10 @@ class Task:
         self._stream_queue = PunctuationQueue()
         self._wall_queue = PunctuationQueue()
         self._current_node: _Node | None = None
-        self._current_metadata: RecordMetadata | None = None
+        # The input record being processed (None in punctuation) and its RecordMetadata,
+        # made from it when a processor first asks for it.
         self._current_raw: InputRecord | None = None
+        self._current_metadata: RecordMetadata | None = None
         self._record_timestamp = 0
         self._initialized = False
         self._closed = False
@@ -287,12 +298,7 @@ class Task:
         position = self._positions.get(raw.topic)
         if position is not None and raw.offset < position:
             return 0  # already processed in an earlier (committed) batch
-        self._current_raw = raw
-        try:
-            processed = self._process_one(raw)
-        finally:
-            self._current_metadata = None
-            self._current_raw = None
+        processed = self._process_one(raw)
         # Only reached when the record was handled (processed or skipped by a handler): a
         # failing record leaves the position on itself, so nothing past it is committed.
         self._positions[raw.topic] = raw.offset + 1
@@ -327,12 +333,15 @@ class Task:
         if timestamp > self.stream_time:
             self.stream_time = timestamp
         record = Record(key, value, timestamp, headers)
-        self._current_metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
         self._record_timestamp = timestamp
+        self._current_raw = raw  # record_metadata() makes its RecordMetadata when asked
         try:
             self._forward(source_node, record, None)
         except ProcessingError as error:
             self._on_processing_error(error, raw)
+        finally:
+            self._current_raw = None
+            self._current_metadata = None
         return 1
 
     def _forward(self, node: _Node, record: Record, child: str | None) -> None:
@@ -490,8 +499,9 @@ class Task:
 
     def _fire(self, schedule: PunctuationSchedule, timestamp: int) -> None:
         node = self._nodes[schedule.node_name]
-        saved = (self._current_node, self._current_metadata, self._record_timestamp)
-        self._current_node, self._current_metadata = node, None
+        saved = (self._current_node, self._current_raw, self._current_metadata,
+                 self._record_timestamp)
+        self._current_node, self._current_raw, self._current_metadata = node, None, None
         self._record_timestamp = timestamp
         try:
             schedule.punctuator(timestamp)
@@ -507,7 +517,8 @@ class Task:
                 error.__cause__ = exc
             self._on_processing_error(error, None)
         finally:
-            self._current_node, self._current_metadata, self._record_timestamp = saved
+            (self._current_node, self._current_raw, self._current_metadata,
+             self._record_timestamp) = saved
 
     # ----------------------------------------------------------------- commit
     def flush(self) -> dict[str, list[ChangeRecord]]:
