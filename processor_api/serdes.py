@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _DOUBLE = struct.Struct(">d")
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 class SerializationError(ValueError):
@@ -38,6 +40,17 @@ class Serde:
     """
 
     __slots__ = ("_serializer", "_deserializer", "name")
+
+    passthrough: ClassVar[bool] = False
+    """Whether stored bytes may skip a deserialize/serialize round trip through this serde.
+
+    ``True`` only for built-in serdes whose wire format round-trips exactly: then
+    ``serialize(deserialize(data)) == data``, without error, for every ``data`` that
+    :attr:`passthrough_check` accepts (every ``data`` when it is ``None``). The runtime uses it
+    to forward raw store entries to a sink with the same serdes; custom serdes keep ``False``.
+    """
+
+    passthrough_check: ClassVar[Callable[[bytes], bool] | None] = None
 
     def __init__(
         self,
@@ -147,14 +160,142 @@ def _serialize_bytes(obj: Any) -> bytes:
     return bytes(obj)
 
 
+def _deserialize_string(data: bytes) -> str:
+    return bytes(data).decode("utf-8")
+
+
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _is_4_bytes(data: bytes) -> bool:
+    return len(data) == 4
+
+
+def _is_8_bytes(data: bytes) -> bool:
+    return len(data) == 8
+
+
+# The built-in serdes below take the common case (an exact str / in-range int / float / bytes
+# object, a bytes buffer) straight to the codec and leave everything else, including every
+# error, to the generic Serde methods: same bytes, same exceptions, without the wrapper's
+# checks and function calls per record.
+
+
+class _StringSerde(Serde):
+    __slots__ = ()
+    passthrough = True
+    passthrough_check = staticmethod(_is_utf8)
+
+    def __init__(self) -> None:
+        super().__init__(_serialize_string, _deserialize_string, "string")
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj.__class__ is str:
+            try:
+                return obj.encode("utf-8")
+            except UnicodeEncodeError:
+                pass  # lone surrogates: the generic path raises the SerializationError
+        return Serde.serialize(self, obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data.__class__ is bytes:
+            try:
+                return data.decode("utf-8")  # type: ignore[union-attr]
+            except UnicodeDecodeError:
+                pass
+        return Serde.deserialize(self, data)
+
+
+class _BytesSerde(Serde):
+    __slots__ = ()
+    passthrough = True
+
+    def __init__(self) -> None:
+        super().__init__(_serialize_bytes, bytes, "bytes")
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj.__class__ is bytes:
+            return obj  # type: ignore[no-any-return]
+        return Serde.serialize(self, obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data.__class__ is bytes:
+            return data
+        return Serde.deserialize(self, data)
+
+
+class _IntegerSerde(Serde):
+    __slots__ = ()
+    passthrough = True
+    passthrough_check = staticmethod(_is_4_bytes)
+
+    def __init__(self) -> None:
+        super().__init__(_serialize_int, _deserialize_int, "integer")
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj.__class__ is int and _INT_MIN <= obj <= _INT_MAX:
+            return _INT.pack(obj)
+        return Serde.serialize(self, obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data.__class__ is bytes and len(data) == 4:  # type: ignore[arg-type]
+            return _INT.unpack(data)[0]  # type: ignore[arg-type]
+        return Serde.deserialize(self, data)
+
+
+class _LongSerde(Serde):
+    __slots__ = ()
+    passthrough = True
+    passthrough_check = staticmethod(_is_8_bytes)
+
+    def __init__(self) -> None:
+        super().__init__(_serialize_long, _deserialize_long, "long")
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj.__class__ is int and _LONG_MIN <= obj <= _LONG_MAX:
+            return _LONG.pack(obj)
+        return Serde.serialize(self, obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data.__class__ is bytes and len(data) == 8:  # type: ignore[arg-type]
+            return _LONG.unpack(data)[0]  # type: ignore[arg-type]
+        return Serde.deserialize(self, data)
+
+
+class _DoubleSerde(Serde):
+    __slots__ = ()
+    passthrough = True
+    passthrough_check = staticmethod(_is_8_bytes)
+
+    def __init__(self) -> None:
+        super().__init__(_serialize_double, _deserialize_double, "double")
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj.__class__ is float:
+            return _DOUBLE.pack(obj)
+        return Serde.serialize(self, obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data.__class__ is bytes and len(data) == 8:  # type: ignore[arg-type]
+            return _DOUBLE.unpack(data)[0]  # type: ignore[arg-type]
+        return Serde.deserialize(self, data)
+
+
 class Serdes:
     """Factory of the built-in serdes (Kafka's Java wire formats)."""
 
-    _STRING = Serde(_serialize_string, lambda data: bytes(data).decode("utf-8"), "string")
-    _BYTES = Serde(_serialize_bytes, bytes, "bytes")
-    _INTEGER = Serde(_serialize_int, _deserialize_int, "integer")
-    _LONG_SERDE = Serde(_serialize_long, _deserialize_long, "long")
-    _DOUBLE_SERDE = Serde(_serialize_double, _deserialize_double, "double")
+    _STRING: Serde = _StringSerde()
+    _BYTES: Serde = _BytesSerde()
+    _INTEGER: Serde = _IntegerSerde()
+    _LONG_SERDE: Serde = _LongSerde()
+    _DOUBLE_SERDE: Serde = _DoubleSerde()
     _JSON = Serde(_serialize_json, _deserialize_json, "json")
 
     @staticmethod

@@ -52,3 +52,64 @@ def test_custom_serde():
     upper = Serde(lambda s: s.upper().encode(), lambda b: b.decode().lower(), "upper")
     assert upper.serialize("abc") == b"ABC"
     assert upper.deserialize(b"ABC") == "abc"
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+_GENERIC = {
+    serde.name: Serde(serde._serializer, serde._deserializer, serde.name)
+    for serde in (Serdes.string(), Serdes.bytes(), Serdes.integer(), Serdes.long(),
+                  Serdes.double(), Serdes.json())
+}
+_OBJECTS = [
+    None, "", "héllo", "\ud800", _Text("sub"), 0, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63,
+    -(2**63), 2**63 - 1, _Number(3), True, 1.5, float("nan"), -0.0, b"", b"\x00\xff",
+    bytearray(b"ab"), memoryview(b"cd"), [1, 2], {"a": 1},
+]
+_DATA = [
+    None, b"", b"abc", "héllo".encode(), b"\xff\xfe", b"\xed\xa0\x80", b"\x00" * 4, b"\x01" * 8,
+    b"\x7f\xf0\x00\x00\x00\x00\x00\x01", bytearray(b"\x00\x00\x00\x07"),
+    memoryview(b"\x00" * 8), b'{"a":1}', b"{oops",
+]
+
+
+def _outcome(fn, arg):
+    try:
+        result = fn(arg)
+    except Exception as exc:  # noqa: BLE001 - the error is what is compared
+        return ("raised", type(exc), str(exc))
+    return ("returned", type(result), repr(result))
+
+
+@pytest.mark.parametrize("name", sorted(_GENERIC))
+def test_built_in_fast_paths_behave_like_the_generic_serde(name):
+    built_in, generic = getattr(Serdes, name)(), _GENERIC[name]
+    for obj in _OBJECTS:
+        assert _outcome(built_in.serialize, obj) == _outcome(generic.serialize, obj), obj
+    for data in _DATA:
+        assert _outcome(built_in.deserialize, data) == _outcome(generic.deserialize, data), data
+
+
+@pytest.mark.parametrize("name", sorted(_GENERIC))
+def test_passthrough_check_means_an_exact_round_trip(name):
+    serde = getattr(Serdes, name)()
+    if not serde.passthrough:
+        assert name == "json"  # compact re-serialization may change the bytes
+        return
+    check = serde.passthrough_check or (lambda data: True)
+    for data in _DATA:
+        if isinstance(data, bytes) and check(data):
+            assert serde.serialize(serde.deserialize(data)) == data
+        elif isinstance(data, bytes):
+            with pytest.raises(SerializationError):
+                serde.deserialize(data)
+
+
+def test_custom_serdes_are_never_passed_through():
+    assert not Serde(bytes, bytes).passthrough
