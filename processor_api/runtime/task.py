@@ -65,6 +65,13 @@ def _interval_ms(interval: int | timedelta) -> int:
     return ms
 
 
+def _sink_error(sink: SinkNode, exc: Exception) -> ProcessingError:
+    """The error a sink raises when it cannot serialize or route a record (``exc``)."""
+    return ProcessingError(
+        f"sink could not serialize or route the record: {exc}", processor=sink.name
+    )
+
+
 class _Node:
     """A node of the running sub-topology with its processor instance and context."""
 
@@ -380,6 +387,20 @@ class Task:
             self._current_node = previous
 
     def _send_to_sink(self, sink: SinkNode, record: Record) -> None:
+        topic = sink.topic
+        if topic is not None and sink.partitioner is None:
+            # The common sink: a fixed topic, the default partitioner.
+            try:
+                key = sink.key_serde.serialize(record.key)
+                value = sink.value_serde.serialize(record.value)
+            except ProcessingError:
+                raise
+            except Exception as exc:
+                raise _sink_error(sink, exc) from exc
+            self.collector.send(
+                OutputRecord(topic, key, value, record.timestamp, record.headers, None)
+            )
+            return
         try:
             topic = sink.topic_for(record)
             key = sink.key_serde.serialize(record.key)
@@ -396,9 +417,7 @@ class Task:
         except ProcessingError:
             raise
         except Exception as exc:
-            raise ProcessingError(
-                f"sink could not serialize or route the record: {exc}", processor=sink.name
-            ) from exc
+            raise _sink_error(sink, exc) from exc
         self.collector.send(
             OutputRecord(topic, key, value, record.timestamp, record.headers, partition)
         )

@@ -17,7 +17,7 @@ from processor_api import (
 )
 from processor_api.runtime.config import StreamsConfig
 from processor_api.runtime.metadata import TaskMetadata
-from processor_api.runtime.records import InputRecord, ListCollector
+from processor_api.runtime.records import InputRecord, ListCollector, OutputRecord
 from processor_api.runtime.task import Task
 
 
@@ -336,3 +336,38 @@ def test_timestamp_extractor_gets_record_and_partition_time():
     task.process_batch([raw("a", 0, 999, "5"), raw("a", 1, 999, "3")])
     assert seen == [-1, 5]
     assert task.stream_time == 5
+
+
+@pytest.mark.parametrize("partitioner", [None, lambda topic, key, value, count: 0])
+def test_sink_serialization_error_names_the_sink(partitioner):
+    from processor_api import SerializationError
+
+    collector = ListCollector()
+    top = (
+        Topology()
+        .add_source("s", "a", key_serde=Serdes.string(), value_serde=Serdes.string())
+        .add_sink("longs", "out", "s", key_serde=Serdes.string(), value_serde=Serdes.long(),
+                  partitioner=partitioner)
+    )
+    task = make_task(top, Clock(), collector=collector)
+    with pytest.raises(ProcessingError) as info:
+        task.process_batch([raw("a", 0, 1, "not a long")])
+    assert info.value.processor == "longs"
+    assert "sink could not serialize or route the record: long serde expects int" in str(info.value)
+    assert isinstance(info.value.__cause__, SerializationError)
+    assert collector.records == []
+
+
+@pytest.mark.parametrize("partitioner", [None, lambda topic, key, value, count: 0])
+def test_sink_output_records(partitioner):
+    collector = ListCollector()
+    top = (
+        Topology()
+        .add_source("s", "a", key_serde=Serdes.string(), value_serde=Serdes.string())
+        .add_sink("out", "out", "s", key_serde=Serdes.string(), value_serde=Serdes.string(),
+                  partitioner=partitioner)
+    )
+    task = make_task(top, Clock(), collector=collector)
+    task.process_batch([raw("a", 0, 7, "v", key="k")])
+    expected_partition = None if partitioner is None else 0
+    assert collector.records == [OutputRecord("out", b"k", b"v", 7, (), expected_partition)]
