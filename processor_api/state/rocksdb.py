@@ -55,9 +55,10 @@ def _options() -> rocksdict.Options:
 class RocksDBBytesStore(BytesStore):
     """A persistent byte store backed by RocksDB at ``path`` (created if missing).
 
-    Writes go through the write-ahead log without an fsync per write (``flush()`` flushes the
-    memtables to SST files; ``close()`` flushes and closes). Bulk writes (``put_all``) are one
-    atomic ``WriteBatch``.
+    Writes go through the write-ahead log without an fsync per write, or skip it with
+    ``disable_wal=True`` (what ``Stores.persistent_key_value_store`` does: the changelog is the
+    durable copy); either way ``flush()`` flushes the memtables to SST files and ``close()``
+    flushes and closes. Bulk writes (``put_all``) are one atomic ``WriteBatch``.
 
     Range iterators are native RocksDB iterators: each reads the consistent snapshot taken
     when it was made, so writing while iterating is safe and never extends the iteration.

@@ -12,6 +12,7 @@ import pytest
 from processor_api.errors import StoreError
 from processor_api.state import (
     RocksDBBytesStore,
+    Stores,
     delete_checkpoint,
     read_checkpoint,
     write_checkpoint,
@@ -32,6 +33,96 @@ def test_rocksdb_data_survives_close_and_reopen(tmp_path):
     assert store.get(b"k007") is None
     assert len(list(store.range(None, None))) == 299
     store.close()
+
+
+def _wal_bytes(path) -> int:
+    return sum(f.stat().st_size for f in path.glob("*.log"))
+
+
+@pytest.mark.parametrize("flush", [True, False], ids=["flushed", "closed-unflushed"])
+def test_store_without_wal_keeps_its_data_over_close_and_reopen(tmp_path, flush):
+    store = Stores.persistent_key_value_store("counts").get(tmp_path)
+    path = tmp_path / "rocksdb" / "counts"
+    store.put_all([(b"k%03d" % i, b"v%d" % i) for i in range(300)])
+    store.put(b"k001", b"new")
+    store.put(b"k007", None)
+    assert store.delete(b"k008") == b"v8"
+    assert _wal_bytes(path) == 0  # Stores' RocksDB stores write no write-ahead log
+    if flush:
+        store.flush()
+    store.close()
+    store = RocksDBBytesStore("counts", path, disable_wal=True)
+    assert store.get(b"k000") == b"v0"
+    assert store.get(b"k001") == b"new"
+    assert store.get(b"k007") is None and store.get(b"k008") is None
+    assert len(list(store.range(None, None))) == 298
+    store.close()
+
+
+def test_flushed_data_without_wal_survives_a_hard_exit(tmp_path):
+    """What the checkpoint relies on: after flush() the data is in SST files, WAL or not."""
+    path = tmp_path / "db"
+    script = textwrap.dedent(
+        f"""
+        import os
+        from processor_api.state import RocksDBBytesStore
+        store = RocksDBBytesStore("s", {str(path)!r}, disable_wal=True)
+        store.put_all([(b"k%03d" % i, b"v") for i in range(100)])
+        store.put(b"k050", None)
+        store.flush()
+        os._exit(0)  # no close(): as if the process was killed
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    store = RocksDBBytesStore("s", path)
+    assert store.get(b"k000") == b"v" and store.get(b"k050") is None
+    assert len(list(store.range(None, None))) == 99
+    store.close()
+
+
+def test_committed_task_state_survives_a_hard_exit(tmp_path):
+    """TaskStores.commit flushes the WAL-less RocksDB memtables before the checkpoint."""
+    script = textwrap.dedent(
+        f"""
+        import os
+        from pathlib import Path
+        from processor_api.runtime.task_state import TaskStores
+        from processor_api.serdes import Serdes
+        from processor_api.state import Stores
+
+        builder = Stores.key_value_store_builder(
+            Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+        )
+        stores = TaskStores(
+            application_id="app", task_id="0_0", partition=0, directory=Path({str(tmp_path)!r}),
+            builders={{"counts": builder}}, timestamp_fn=lambda: 0,
+        )
+        store = stores.build(builder, lambda: 0).store
+        store.put_all([("key-%d" % i, i) for i in range(1000)])
+        store.delete("key-5")
+        stores.commit({{"counts": 1001}})
+        store.put("key-0", 42)  # the next batch, not committed
+        os._exit(0)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    from processor_api.runtime.task_state import TaskStores
+    from processor_api.serdes import Serdes
+
+    builder = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+    )
+    stores = TaskStores(
+        application_id="app", task_id="0_0", partition=0, directory=tmp_path,
+        builders={"counts": builder}, timestamp_fn=lambda: 0,
+    )
+    store = stores.build(builder, lambda: 0).store
+    assert stores.local_positions() == {"counts": 1001}
+    assert store.get("key-0") == 0 and store.get("key-999") == 999 and store.get("key-5") is None
+    assert sum(1 for _ in store.all()) == 999
+    stores.close()
 
 
 def test_second_open_while_open_fails_with_store_error(tmp_path):
