@@ -16,6 +16,7 @@ call) so its due time and cancellation survive the task being closed and re-crea
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,9 @@ class PunctuationSchedule(Cancellable):
 
 FireFn = Callable[[PunctuationSchedule, int], None]
 
+NEVER = sys.maxsize
+"""What :meth:`PunctuationQueue.earliest_due` returns when no live schedule is left."""
+
 
 class PunctuationQueue:
     """Schedules of one punctuation type, ordered by due time."""
@@ -111,6 +115,15 @@ class PunctuationQueue:
         while self._heap and self._heap[0][2].cancelled:
             heapq.heappop(self._heap)
         return self._heap[0][0] if self._heap else None
+
+    def earliest_due(self) -> int:
+        """Like :meth:`next_due`, but :data:`NEVER` when there is no live schedule.
+
+        Schedules cancelled later do not update it: callers comparing against it must treat
+        it as a lower bound (a check at or after it may find nothing due).
+        """
+        due = self.next_due()
+        return NEVER if due is None else due
 
     def may_punctuate(self, now: int, fire: FireFn) -> bool:
         """Fire every schedule due at ``now``; returns whether any fired."""

@@ -36,7 +36,12 @@ from processor_api.processor import (
 )
 from processor_api.runtime.config import StreamsConfig
 from processor_api.runtime.metadata import TaskMetadata
-from processor_api.runtime.punctuation import PunctuationQueue, PunctuationSchedule, ScheduleState
+from processor_api.runtime.punctuation import (
+    NEVER,
+    PunctuationQueue,
+    PunctuationSchedule,
+    ScheduleState,
+)
 from processor_api.runtime.records import InputRecord, OutputRecord, RecordCollector
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.changelogging import ChangeRecord
@@ -180,6 +185,9 @@ class Task:
         self._schedules: dict[str, PunctuationSchedule] = {}
         self._stream_queue = PunctuationQueue()
         self._wall_queue = PunctuationQueue()
+        # Earliest due time of the STREAM_TIME schedules (a lower bound: cancelling does not
+        # raise it), so that the check after each record is one comparison.
+        self._stream_due = NEVER
         self._current_node: _Node | None = None
         # The input record being processed (None in punctuation) and its RecordMetadata,
         # made from it when a processor first asks for it.
@@ -311,7 +319,8 @@ class Task:
         self._positions[raw.topic] = raw.offset + 1
         if processed:
             self.records_processed += 1
-            self.maybe_punctuate_stream_time()
+            if self.stream_time >= self._stream_due:
+                self.maybe_punctuate_stream_time()
         return processed
 
     def _process_one(self, raw: InputRecord) -> int:
@@ -496,15 +505,22 @@ class Task:
             state = ScheduleState(type, interval_ms, first_due)
         schedule = PunctuationSchedule(key, node.name, callback, state)
         self._schedules[key] = schedule
-        queue = self._stream_queue if type is PunctuationType.STREAM_TIME else self._wall_queue
-        queue.add(schedule)
+        if type is PunctuationType.STREAM_TIME:
+            self._stream_queue.add(schedule)
+            self._stream_due = self._stream_queue.earliest_due()
+        else:
+            self._wall_queue.add(schedule)
         return schedule
 
     def maybe_punctuate_stream_time(self) -> bool:
         """Fire due STREAM_TIME schedules (no data yet: nothing fires)."""
         if self.stream_time < 0:
             return False
-        return self._stream_queue.may_punctuate(self.stream_time, self._fire)
+        queue = self._stream_queue
+        try:
+            return queue.may_punctuate(self.stream_time, self._fire)
+        finally:
+            self._stream_due = queue.earliest_due()
 
     def maybe_punctuate_wall_clock(self, now: int | None = None) -> bool:
         """Fire due WALL_CLOCK_TIME schedules against ``now`` (default: the task clock)."""

@@ -210,3 +210,40 @@ def test_persistent_store_survives_within_driver_and_schedules_register_per_task
         topic.pipe_key_value_list([("a", b"1"), ("b", b"1"), ("a", b"1")])
         store = driver.get_key_value_store("counts")
         assert list(store.all()) == [("a", 2), ("b", 1)]
+
+
+def test_stream_time_schedules_added_later_fire_on_their_own_grid():
+    """Schedules made in process() or in a punctuator are checked from the next record on."""
+    fired: list[tuple[str, int]] = []
+
+    class Adder(Processor):
+        def init(self, context):
+            self.context = context
+            self.slow = context.schedule(100, PunctuationType.STREAM_TIME, self.on_slow)
+
+        def on_slow(self, ts):
+            fired.append(("slow", ts))
+            if ts >= 100:  # registered from inside a punctuator: first due 0
+                self.context.schedule(7, PunctuationType.STREAM_TIME,
+                                      lambda t: fired.append(("seven", t)))
+
+        def process(self, record):
+            if record.value == b"add":
+                self.fast = self.context.schedule(
+                    5, PunctuationType.STREAM_TIME, lambda t: fired.append(("fast", t))
+                )
+            if record.value == b"cancel":
+                self.fast.cancel()
+                self.slow.cancel()
+
+    topology = Topology().add_source("s", "in").add_processor("p", Adder, "s")
+    with TopologyTestDriver(topology) as driver:
+        topic = driver.create_input_topic("in")
+        for ts, value in ((1, b"-"), (10, b"add"), (12, b"-"), (15, b"-"), (101, b"-"),
+                          (102, b"-"), (108, b"cancel"), (130, b"-"), (220, b"-")):
+            topic.pipe_input(b"k", value, timestamp=ts)
+    assert fired == [
+        ("slow", 1), ("fast", 10), ("fast", 15),
+        ("fast", 101), ("slow", 101), ("seven", 101),  # due 20, due 100, then the new one
+        ("seven", 108), ("seven", 130), ("seven", 220),  # fast and slow cancelled at 108
+    ]
