@@ -3,7 +3,8 @@
 One streaming query per run::
 
     Kafka source (every source topic, repartition topics included)   ∪   task bootstrap rows
-        -> column task = "<subtopology>_<partition>"
+        -> column task = the group key of task "<subtopology>_<partition>" (task_keys.py:
+           the task id, salted so that the tasks spread over Spark's shuffle partitions)
         -> groupBy(task).applyInPandasWithState(run_task, ProcessingTimeTimeout)
         -> foreachBatch: per-batch statistics (logged), positions for --available-now
 
@@ -299,6 +300,7 @@ class TopologyRunner:
 
         from processor_api.kafka.spark_source import KafkaDataSource
         from processor_api.runtime.bootstrap_source import BOOTSTRAP_FORMAT, TaskBootstrapSource
+        from processor_api.runtime.task_keys import load_or_plan_group_keys
 
         plan = self.plan or self.prepare()
         self._check_checkpoint_mode(available_now)
@@ -336,14 +338,28 @@ class TopologyRunner:
                 for item in (F.lit(topic), F.lit(str(sub)))
             ]
         )
-        task_column = F.concat(
-            F.element_at(mapping, F.col("topic")), F.lit("_"), F.col("partition").cast("string")
+        group_keys = load_or_plan_group_keys(
+            self.settings.resolved_checkpoint_dir, plan.task_ids,
+            int(spark.conf.get("spark.sql.shuffle.partitions")),
+        )
+        group_key_of = F.create_map(
+            *[item for task_id, key in group_keys.items() for item in (F.lit(task_id), F.lit(key))]
+        )
+        task_column = F.element_at(
+            group_key_of,
+            F.concat(
+                F.element_at(mapping, F.col("topic")), F.lit("_"),
+                F.col("partition").cast("string"),
+            ),
         )
         columns = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
-        keyed = records.select(task_column.alias("task"), *columns)
+        # Empty header arrays become nulls: pyspark turns every array cell into a numpy array
+        # of dicts on the way to pandas (~5 % of a worker's time), a null costs nothing.
+        headers_or_null = F.when(F.size("headers") > 0, F.col("headers")).alias("headers")
+        keyed = records.select(task_column.alias("task"), *columns[:-1], headers_or_null)
         bootstrap = (
             spark.readStream.format(BOOTSTRAP_FORMAT)
-            .option("tasks", json.dumps(plan.task_ids))
+            .option("tasks", json.dumps([group_keys[task_id] for task_id in plan.task_ids]))
             .load()
         )
         rows = keyed.unionByName(bootstrap.select("task", *columns))
