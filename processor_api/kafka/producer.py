@@ -33,6 +33,8 @@ _log = get_logger(__name__)
 DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
 #: Transaction timeout of transactional producers (must be >= message.timeout.ms).
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: produce() serves delivery callbacks (poll) once per this many records, not per record.
+_POLL_EVERY = 256
 
 
 def make_producer(
@@ -92,6 +94,7 @@ class DeliveryTracker:
         self._first_error: tuple[str, int, KafkaError] | None = None
         self._acked: dict[tuple[str, int], int] = {}
         self._warned_zero_timestamp = False
+        self._unpolled = 0
 
     @property
     def producer(self) -> Producer:
@@ -144,48 +147,106 @@ class DeliveryTracker:
         ``timestamp`` is epoch milliseconds (None: now). When the local queue is full the
         producer is polled until there is room, for at most ``buffer_full_timeout_s``.
         """
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if timestamp is not None:
-            if timestamp == 0 and not self._warned_zero_timestamp:
-                self._warned_zero_timestamp = True
-                _log.warning(
-                    "timestamp_zero_becomes_now",
-                    topic=topic,
-                    detail="librdkafka replaces a record timestamp of 0 by the current time",
-                )
-            kwargs["timestamp"] = timestamp
+        if timestamp is None:
+            timestamp = 0  # librdkafka: 0 = now
+        elif timestamp == 0:
+            self._warn_zero_timestamp(topic)
+        header_list = None
         if headers:
-            kwargs["headers"] = (
-                list(headers.items()) if isinstance(headers, Mapping) else list(headers)
-            )
+            header_list = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
         with self._lock:  # counted before produce(): its callback can only come later
             self._pending += 1
             self._pending_by_topic[topic] += 1
-        deadline: float | None = None
         try:
-            while True:
-                try:
-                    self._producer.produce(topic, **kwargs)
-                    break
-                except BufferError:
-                    now = time.monotonic()
-                    if deadline is None:
-                        deadline = now + self._buffer_full_timeout_s
-                    elif now >= deadline:
-                        raise DeliveryError(
-                            f"producer queue stayed full for {self._buffer_full_timeout_s:g}s "
-                            f"while producing to topic {topic!r}: "
-                            f"{self._pending - 1} record(s) unacknowledged"
-                        ) from None
-                    self._producer.poll(0.05)
+            self._produce_waiting(
+                topic, value, key, -1 if partition is None else partition, timestamp, header_list
+            )
         except BaseException:
-            with self._lock:
-                self._pending -= 1
-                self._pending_by_topic[topic] -= 1
+            self._uncount(topic, 1)
+            raise
+        self._unpolled += 1
+        if self._unpolled >= _POLL_EVERY:
+            self._unpolled = 0
+            self._producer.poll(0)
+
+    def produce_many(
+        self, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None, int]]
+    ) -> None:
+        """Hand ``(key, value, timestamp)`` records for one partition to the producer.
+
+        The same as :meth:`produce` per record (no headers; a timestamp of 0 or less means now,
+        without a warning: changelog records of punctuations have none), with the bookkeeping
+        done once for the whole sequence.
+        """
+        count = len(records)
+        if not count:
+            return
+        with self._lock:
+            self._pending += count
+            self._pending_by_topic[topic] += count
+        produce, callback = self._producer.produce, self._on_delivery
+        sent = 0
+        try:
+            for key, value, timestamp in records:
+                if timestamp < 0:
+                    timestamp = 0
+                try:
+                    produce(topic, value, key, partition, on_delivery=callback,
+                            timestamp=timestamp)
+                except BufferError:
+                    self._produce_waiting(topic, value, key, partition, timestamp, None)
+                sent += 1
+                if not sent & 1023:
+                    self._producer.poll(0)
+        except BaseException:
+            self._uncount(topic, count - sent)
             raise
         self._producer.poll(0)
+
+    def _produce_waiting(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        timestamp: int,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
+        """``Producer.produce``, polling while the local queue is full (bounded wait)."""
+        deadline: float | None = None
+        while True:
+            try:
+                # keywords: the fifth positional parameter is the legacy ``callback``
+                self._producer.produce(
+                    topic, value, key, partition, on_delivery=self._on_delivery,
+                    timestamp=timestamp, headers=headers,
+                )
+                return
+            except BufferError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._buffer_full_timeout_s
+                elif now >= deadline:
+                    raise DeliveryError(
+                        f"producer queue stayed full for {self._buffer_full_timeout_s:g}s "
+                        f"while producing to topic {topic!r}: "
+                        f"{self._pending - 1} record(s) unacknowledged"
+                    ) from None
+                self._producer.poll(0.05)
+
+    def _uncount(self, topic: str, count: int) -> None:
+        with self._lock:
+            self._pending -= count
+            self._pending_by_topic[topic] -= count
+
+    def _warn_zero_timestamp(self, topic: str) -> None:
+        if not self._warned_zero_timestamp:
+            self._warned_zero_timestamp = True
+            _log.warning(
+                "timestamp_zero_becomes_now",
+                topic=topic,
+                detail="librdkafka replaces a record timestamp of 0 by the current time",
+            )
 
     def flush_and_check(self, timeout_s: float = 30.0) -> None:
         """Wait until every record was acknowledged; raise ``DeliveryError`` otherwise.

@@ -59,10 +59,10 @@ class KafkaCollector:
         for change in changes:
             latest.pop(change.key, None)  # re-insert: keep the order of last writes
             latest[change.key] = change
-        produce = self.tracker.produce
-        for change in latest.values():
-            produce(topic, change.key, change.value, partition=partition,
-                    timestamp=change.timestamp if change.timestamp > 0 else None)
+        self.tracker.produce_many(
+            topic, partition, [(change.key, change.value, change.timestamp)
+                               for change in latest.values()],
+        )
         return len(latest)
 
 

@@ -113,6 +113,31 @@ def test_full_local_queue_is_waited_out(kafka):
     assert tracker.acked_end_offsets() == {(topic, 0): 200}
 
 
+def test_produce_many_keeps_order_timestamps_and_tombstones(kafka):
+    topic = _topic("prod-many")
+    kafka.create_topic(topic, 2)
+    producer = make_producer(
+        kafka.bootstrap_servers, extra_config={"queue.buffering.max.messages": 5}
+    )
+    tracker = DeliveryTracker(producer)
+    records = [(b"k%d" % i, None if i == 7 else b"v%d" % i, 1000 + i) for i in range(40)]
+    tracker.produce_many(topic, 1, records)  # 40 records through a 5-record queue
+    tracker.flush_and_check(10)
+    assert tracker.pending == 0 and tracker.delivered == 40
+    assert tracker.acked_end_offsets() == {(topic, 1): 40}
+    read = _read(kafka.bootstrap_servers, topic, 1)
+    assert [(key, value, ts) for _, key, value, ts, _ in read] == records
+
+
+def test_produce_many_on_a_full_queue_uncounts_what_it_did_not_send():
+    address = f"127.0.0.1:{free_port()}"
+    producer = make_producer(address, extra_config={"queue.buffering.max.messages": 3})
+    tracker = DeliveryTracker(producer, buffer_full_timeout_s=0.3)
+    with pytest.raises(DeliveryError, match="queue stayed full.*'t'"):
+        tracker.produce_many("t", 0, [(None, b"v", 5)] * 10)
+    assert tracker.pending == 3
+
+
 def test_dead_broker_fails_deliveries_in_bounded_time_naming_topic_and_cause():
     address = f"127.0.0.1:{free_port()}"
     tracker = DeliveryTracker(make_producer(address, extra_config={"message.timeout.ms": 1000}))
