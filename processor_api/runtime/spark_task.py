@@ -51,6 +51,8 @@ from processor_api.runtime.transactions import (
     commit_marker_topic,
     marker_value,
     read_latest_marker,
+    transaction_step,
+    transactional_id,
 )
 from processor_api.topology import SubTopology, Topology
 
@@ -336,7 +338,10 @@ class _TaskBatch:
             task.initialize()
             tracker.reset()
             if self.exactly_once:
-                tracker.producer.begin_transaction()
+                transaction_step(
+                    "begin_transaction", transactional_id(self.app_id, self.task_id),
+                    spec.bootstrap_servers, None, tracker.producer.begin_transaction,
+                )
                 in_transaction = True
             task.process_batch(records)
             task.maybe_punctuate_wall_clock()
@@ -396,7 +401,11 @@ class _TaskBatch:
         )
         tracker.flush_and_check(self.spec.flush_timeout_s)
         marker_end = tracker.acked_end_offsets()[(topic, partition)]
-        tracker.producer.commit_transaction(self.spec.flush_timeout_s)
+        transaction_step(
+            "commit_transaction", transactional_id(self.app_id, self.task_id),
+            self.spec.bootstrap_servers, self.spec.flush_timeout_s,
+            lambda: tracker.producer.commit_transaction(self.spec.flush_timeout_s),
+        )
         new_metadata.extra["marker_end"] = marker_end
         return new_metadata
 

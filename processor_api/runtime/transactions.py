@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config
@@ -48,6 +49,34 @@ def commit_marker_topic(application_id: str) -> str:
 
 def transactional_id(application_id: str, task_id: str) -> str:
     return f"{application_id}-{task_id}"
+
+
+def transaction_step(
+    step: str, txn_id: str, bootstrap_servers: str, timeout_s: float | None,
+    call: Callable[[], None],
+) -> None:
+    """Run one transaction call (init/begin/commit); its Kafka error becomes a StreamsError.
+
+    librdkafka reports e.g. ``_TIMED_OUT`` or ``_FENCED`` without saying which producer or
+    broker; the error names the step, the transactional id, the broker and the timeout.
+    """
+    try:
+        call()
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        name = error.name() if isinstance(error, KafkaError) else type(exc).__name__
+        text = error.str() if isinstance(error, KafkaError) else str(exc)
+        hint = ""
+        if isinstance(error, KafkaError):
+            if error.code() == KafkaError._FENCED or error.fatal():
+                hint = " (fatal: another producer with this transactional id took over)"
+            elif error.code() == KafkaError._TIMED_OUT:
+                hint = " (is the broker reachable and does it support transactions?)"
+        waited = f" within {timeout_s:g}s" if timeout_s is not None else ""
+        raise StreamsError(
+            f"{step} of transactional id {txn_id!r} on {bootstrap_servers} failed{waited}: "
+            f"{name}: {text}{hint}"
+        ) from exc
 
 
 class TransactionalProducers:
@@ -74,7 +103,10 @@ class TransactionalProducers:
         producer = make_producer(
             self._bootstrap, transactional_id=txn_id, extra_config=self._config
         )
-        producer.init_transactions(INIT_TIMEOUT_S)
+        transaction_step(
+            "init_transactions", txn_id, self._bootstrap, INIT_TIMEOUT_S,
+            lambda: producer.init_transactions(INIT_TIMEOUT_S),
+        )
         instance = uuid.uuid4().hex
         directory.mkdir(parents=True, exist_ok=True)
         tmp = owner_path.with_suffix(".tmp")
