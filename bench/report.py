@@ -317,10 +317,11 @@ def _restore(data: dict, mode: str, out: list[str], targets: list[dict]) -> None
 
 
 def _whatif(data: dict, mode: str, out: list[str]) -> None:
-    out += [f"## 4. Before/after: prototype fast paths ({mode} run)", "",
-            "`bench/whatif.py` patches the library in the benchmark process only (not "
-            "applied to `processor_api/`), alternating as-is and patched runs, median of "
-            f"{data['reps']}. Patches:", ""]
+    out += [f"## 4. The prototypes behind the fixes (earlier {mode} run, d232ac5)", "",
+            "Measured before the fixes were made: `bench/whatif.py` (removed since; see git "
+            "history) patched the library of d232ac5 in the benchmark process only, "
+            "alternating as-is and patched runs, median of "
+            f"{data['reps']}. These patches are now in the library. Patches:", ""]
     patches = data["patches"]
     if isinstance(patches, str):
         patches = ["P" + p.strip() for p in ("P" + patches).split("* P")[0:] if p.strip()]
@@ -401,7 +402,9 @@ def write_report() -> Path:
             fn(data, mode, body, targets)
         except Exception as exc:  # noqa: BLE001 - a broken section must not hide the others
             body += [f"Could not render {name}: {exc!r}", ""]
-    whatif, mode = _load("whatif")
+    whatif_path = RESULTS_DIR / "earlier" / "whatif-full-d232ac5.json"
+    whatif, mode = (json.loads(whatif_path.read_text()), "full") if whatif_path.exists() else (
+        None, None)
     if whatif:
         try:
             _whatif(whatif, mode, body)

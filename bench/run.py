@@ -4,8 +4,7 @@ Starts one embedded broker, runs the benchmarks of issue #5 with the sizes of th
 ``bench/results/<benchmark>-<mode>.json`` (each with the machine and the command) and
 regenerates ``bench/RESULTS.md`` and the plots from every result file present.
 
-``--only throughput,punctuation,restore,whatif`` runs a subset (``whatif``: prototype fast
-paths measured before/after, see ``bench/whatif.py``); ``--profile`` (default with --full)
+``--only throughput,punctuation,restore`` runs a subset; ``--profile`` (default with --full)
 also records py-spy profiles (not timed) into ``bench/results/profiles-<mode>.json``.
 """
 
@@ -27,7 +26,6 @@ MODES: dict[str, dict[str, Any]] = {
         "intervals_records": 100_000, "intervals_reps": 3,
         "lag_seconds": 20, "lag_reps": 3, "lag_rate": 2000,
         "restore_entries": 100_000, "restore_reps": 3,
-        "whatif_sizes": [100_000], "whatif_reps": 4, "whatif_records": 100_000,
         "profile": False,
         # the issue's four contenders; the diagnostic ones only run with --full
         "throughput_contenders": ["processor_api", "hand_loop", "quixstreams",
@@ -40,7 +38,6 @@ MODES: dict[str, dict[str, Any]] = {
         "intervals_records": 200_000, "intervals_reps": 3,
         "lag_seconds": 45, "lag_reps": 3, "lag_rate": 2000,
         "restore_entries": 1_000_000, "restore_reps": 3,
-        "whatif_sizes": [100_000, 1_000_000], "whatif_reps": 6, "whatif_records": 300_000,
         "profile": True,
     },
 }
@@ -84,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--quick", action="store_true", help="small sizes, minutes")
     group.add_argument("--full", action="store_true", help="the sizes of issue #5")
-    parser.add_argument("--only", default="throughput,punctuation,restore,whatif",
-                        help="comma-separated subset of throughput,punctuation,restore,whatif")
+    parser.add_argument("--only", default="throughput,punctuation,restore",
+                        help="comma-separated subset of throughput,punctuation,restore")
     parser.add_argument("--profile", action="store_true", default=None,
                         help="also record py-spy profiles (default: on with --full)")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
@@ -113,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     include = set(args.contenders.split(",")) if args.contenders else None
     if include is None and config.get("throughput_contenders"):
         include = set(config["throughput_contenders"])
+    from bench.throughput import BASELINE_DIR, BEFORE
+    if include is not None and BASELINE_DIR:
+        include.add(BEFORE)  # asked for with bench/snapshot.sh --baseline REV
 
     from processor_api.logging import configure_logging
 
@@ -193,15 +193,6 @@ def main(argv: list[str] | None = None) -> int:
                                  f"profile-restore-{config['restore_entries']}",
                                  timeout_s=1800))
             write_result(f"restore-{tag}", _envelope(mode, config, started, body))
-
-        if "whatif" in only:
-            from bench import whatif
-
-            started = time.time()
-            body = whatif.run(config["whatif_sizes"], config["whatif_reps"],
-                              config["whatif_records"], broker.bootstrap)
-            write_result(f"whatif-{tag}", _envelope(mode, config, started, body))
-
     finally:
         broker.stop()
 

@@ -3,9 +3,18 @@
 # read-only) plus this work tree's bench/ and count-per-key topology, so edits other people
 # make to processor_api/ while a long run is going do not change what is measured. Results
 # and RESULTS.md are written back into this work tree's bench/.
-#   bench/snapshot.sh --full            (any bench.run arguments)
+#   bench/snapshot.sh --full                       (any bench.run arguments)
+#   bench/snapshot.sh --baseline 5e45b33 --full    (adds "processor_api before (5e45b33)":
+#                                                   the same command on that commit's library)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+if [[ "${1:-}" == "--baseline" ]]; then
+    base_rev="$(git -C "$repo" rev-parse --short "$2")"
+    shift 2
+    base="$(mktemp -d /tmp/bench-baseline-XXXXXX)"
+    git -C "$repo" archive "$base_rev" | tar -x -C "$base"
+    export BENCH_BASELINE_DIR="$base" BENCH_BASELINE_REV="$base_rev"
+fi
 snap="$(mktemp -d /tmp/bench-snapshot-XXXXXX)"
 sha="$(git -C "$repo" rev-parse --short HEAD)"
 git -C "$repo" archive HEAD | tar -x -C "$snap"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import uuid
 from pathlib import Path
@@ -56,12 +57,21 @@ def run_topology_bin() -> str:
     return str(Path(PYTHON).parent / "run-topology")
 
 
-#: Diagnostic contender: the same run with spark.sql.shuffle.partitions=10. The runner groups
-#: rows by the task id string and sets shuffle partitions = tasks (3); Spark's
-#: pmod(murmur3("0_0" | "0_1" | "0_2"), 3) is 1 for all three, so every task runs in one Spark
-#: task, one after the other, on one core. With 10 partitions they land in 0, 5 and 6.
-SPREAD = "processor_api tasks spread (diagnostic)"
-SPREAD_PARTITIONS = 10
+#: Before/after contender: the same run-topology command on a frozen copy of an earlier commit
+#: of the library (``BENCH_BASELINE_DIR``, e.g. made by ``bench/snapshot.sh --baseline REV``),
+#: so the speed-up of this tree's changes is measured side by side in one run.
+BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
+BASELINE_REV = os.environ.get("BENCH_BASELINE_REV", "baseline")
+BEFORE = f"processor_api before ({BASELINE_REV})"
+
+
+def before_env() -> dict[str, str]:
+    return {"PYTHONPATH": str(BASELINE_DIR)}
+
+
+def before_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str) -> list[str]:
+    return [PYTHON, "-m", "processor_api.cli",
+            *processor_api_cmd(bootstrap, topic, state_dir, app_id)[1:]]
 
 
 def processor_api_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str,
@@ -78,10 +88,6 @@ def processor_api_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str,
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
 BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
-
-
-def spread_extra() -> tuple[str, ...]:
-    return ("--spark-conf", f"spark.sql.shuffle.partitions={SPREAD_PARTITIONS}")
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
@@ -155,11 +161,15 @@ def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], t
                       extra: tuple[str, ...] = ()) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
-        label = {"processor_api": "processor_api", SPREAD: "processor_api_spread",
+        label = {"processor_api": "processor_api", BEFORE: "processor_api_before",
                  CACHING: "processor_api_caching", BIG_BATCHES: "processor_api_1M_batches"}[name]
+        if name == BEFORE:
+            cmd, env, cwd = (before_cmd(bootstrap, topic, state_dir, app_id), before_env(),
+                             Path(str(BASELINE_DIR)))
+        else:
+            cmd, env, cwd = processor_api_cmd(bootstrap, topic, state_dir, app_id, extra), None, REPO_DIR
         wall, code, out, log_path = run_command(
-            processor_api_cmd(bootstrap, topic, state_dir, app_id, extra),
-            label=f"throughput-{tag}-{label}-{rep}", timeout_s=timeout_s)
+            cmd, label=f"throughput-{tag}-{label}-{rep}", timeout_s=timeout_s, env=env, cwd=cwd)
         metrics: dict[str, Any] = {}
         error = None
         if code == 0:
@@ -216,11 +226,13 @@ def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], t
         "quixstreams": quixstreams,
         "transformWithStateInPandas": tws,
         ENGINE: engine,
-        SPREAD: lambda rep: processor_api(rep, SPREAD, spread_extra()),
+        BEFORE: lambda rep: processor_api(rep, BEFORE),
         CACHING: lambda rep: processor_api(rep, CACHING, ("--topology-arg", "caching=true")),
         BIG_BATCHES: lambda rep: processor_api(
             rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")),
     }
+    if not BASELINE_DIR:
+        all_contenders.pop(BEFORE)
     if not (QUIX_VENV / "bin" / "python").exists():
         log("  quixstreams venv missing (bench/.venvs/quix): Quix Streams not run")
         all_contenders.pop("quixstreams")
@@ -258,8 +270,8 @@ def run_size(broker: Broker, records: int, reps: int, include: set[str] | None =
             "transformWithStateInPandas": " ".join(
                 tws_cmd("BOOTSTRAP", topic, records, ends, "CHECKPOINT")),
             ENGINE: " ".join(engine_cmd("BOOTSTRAP", topic, records)),
-            SPREAD: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
-                                               spread_extra())),
+            BEFORE: "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) "
+            + " ".join(before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
             CACHING: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
                                                 ("--topology-arg", "caching=true"))),
             BIG_BATCHES: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
