@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +33,7 @@ from processor_api.processor import (
     PunctuationType,
     Record,
     RecordMetadata,
+    _check_timestamp,
 )
 from processor_api.runtime.config import StreamsConfig
 from processor_api.runtime.metadata import TaskMetadata
@@ -43,9 +44,10 @@ from processor_api.runtime.punctuation import (
     ScheduleState,
 )
 from processor_api.runtime.records import InputRecord, OutputRecord, RecordCollector
+from processor_api.serdes import Serde
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.changelogging import ChangeRecord
-from processor_api.state.key_value import KeyValueStore
+from processor_api.state.key_value import KeyValueIterator, KeyValueStore
 from processor_api.topology import ProcessorNode, SinkNode, SourceNode, SubTopology
 
 StoreFactory = Callable[[StoreBuilder, Callable[[], int]], StoreStack]
@@ -77,6 +79,32 @@ def _sink_error(sink: SinkNode, exc: Exception) -> ProcessingError:
     )
 
 
+def _same_wire_format(a: Serde, b: Serde) -> bool:
+    """Whether bytes written with serde ``a`` can go out as serde ``b`` would write them."""
+    return a.passthrough and a.__class__ is b.__class__
+
+
+def _passthrough_topics(targets: list[_Node], store: KeyValueStore) -> list[str] | None:
+    """The topics of ``targets`` when all are sinks that may take ``store``'s raw bytes.
+
+    That is: a fixed topic, no partitioner, and key and value serdes of the store's built-in
+    kind (see ``Serde.passthrough``). ``None`` otherwise.
+    """
+    topics = []
+    for target in targets:
+        sink = target.sink
+        if (
+            sink is None
+            or sink.topic is None
+            or sink.partitioner is not None
+            or not _same_wire_format(store.key_serde, sink.key_serde)
+            or not _same_wire_format(store.value_serde, sink.value_serde)
+        ):
+            return None
+        topics.append(sink.topic)
+    return topics
+
+
 class _Node:
     """A node of the running sub-topology with its processor instance and context."""
 
@@ -106,6 +134,11 @@ class _NodeContext(ProcessorContext):
 
     def forward(self, record: Record, child: str | None = None) -> None:
         self._task._forward(self._node, record, child)
+
+    def forward_all(
+        self, entries: Iterable[tuple[Any, Any]], timestamp: int, child: str | None = None
+    ) -> int:
+        return self._task._forward_all(self._node, entries, timestamp, child)
 
     def schedule(
         self,
@@ -377,6 +410,66 @@ class Task:
                 processor=node.name,
             )
         self._deliver(target, record)
+
+    def _forward_all(
+        self, node: _Node, entries: Iterable[tuple[Any, Any]], timestamp: int, child: str | None
+    ) -> int:
+        """``ProcessorContext.forward_all``: a raw store-to-sink path, else one record each."""
+        _check_timestamp(timestamp)
+        if child is None:
+            targets = node.children
+        else:
+            target = node.children_by_name.get(child)
+            targets = [] if target is None else [target]
+        if targets and entries.__class__ is KeyValueIterator:
+            raw = entries.raw_entries()  # type: ignore[attr-defined]
+            if raw is not None:
+                store, raw_entries = raw
+                topics = _passthrough_topics(targets, store)
+                if topics is not None:
+                    return self._send_raw(store, raw_entries, timestamp, targets, topics)
+        forward = self._forward
+        count = 0
+        for key, value in entries:
+            forward(node, Record(key, value, timestamp), child)
+            count += 1
+        return count
+
+    def _send_raw(
+        self,
+        store: KeyValueStore,
+        entries: Iterator[tuple[bytes, bytes]],
+        timestamp: int,
+        targets: list[_Node],
+        topics: list[str],
+    ) -> int:
+        """Produce raw store entries to sinks whose serdes equal the store's (no round trip).
+
+        An entry whose bytes the serde does not pass through as they are (e.g. not UTF-8 for
+        a string serde) takes the normal path, so it fails (or not) exactly as it would there.
+        """
+        key_check = store.key_serde.passthrough_check
+        value_check = store.value_serde.passthrough_check
+        send = self.collector.send
+        topic = topics[0] if len(topics) == 1 else None
+        count = 0
+        for key, value in entries:
+            count += 1
+            if (key_check is None or key_check(key)) and (
+                value_check is None or value_check(value)
+            ):
+                if topic is not None:  # one sink, the usual case
+                    send(OutputRecord(topic, key, value, timestamp, (), None))
+                else:
+                    for each in topics:
+                        send(OutputRecord(each, key, value, timestamp, (), None))
+                continue
+            # The serde would not give these bytes back as they are (or would raise): take
+            # the normal path, which fails (or not) exactly as forward() does.
+            record = Record(store._deserialize_key(key), store._deserialize_value(value), timestamp)
+            for target in targets:
+                self._deliver(target, record)
+        return count
 
     def _deliver(self, target: _Node, record: Record) -> None:
         if target.sink is not None:

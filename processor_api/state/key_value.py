@@ -43,6 +43,21 @@ class KeyValueIterator(Iterator[KeyValue]):
         key, value = next(self._entries)
         return KeyValue(store._deserialize_key(key), store._deserialize_value(value))
 
+    def raw_entries(self) -> tuple[KeyValueStore, Iterator[tuple[bytes, bytes]]] | None:
+        """For the runtime's bulk paths: the store and its raw ``(key, value)`` bytes iterator.
+
+        The raw iterator is the one this iterator deserializes (the store's merged view through
+        every layer: cache, batch buffer, inner store), so consuming it advances this iterator.
+        ``None`` when an entry was peeked (it is already deserialized). Raises ``StoreError``
+        when the store is closed, as :func:`next` would.
+        """
+        store = self._store
+        if not store._open:
+            store._check_open()
+        if self._peeked is not _NO_PEEK:
+            return None
+        return store, self._entries
+
     def peek_next_key(self) -> Any:
         """Return the key :func:`next` would return, without consuming it.
 
