@@ -1,10 +1,14 @@
 """Punctuation benchmarks.
 
-In-process (the task engine without Spark: ``processor_api.runtime.task.Task``, a
-``ListCollector``, real RocksDB stores, change logging on):
+In-process (the task engine without Spark: ``processor_api.runtime.task.Task``, real RocksDB
+stores, change logging on):
 
 * :func:`punctuation_cost` - one punctuation of seed 003's product count (forwards the whole
   store) versus store size, next to its parts: a raw RocksDB scan and a typed ``store.all()``.
+  The collector counts the records it is handed and keeps none, as the Kafka producer does
+  (a ``ListCollector`` holding a million records makes CPython's collector walk them several
+  times: ~0.5 s at 1M). With a broker, the same punctuation is also measured into Kafka: a
+  ``KafkaCollector`` producing to the embedded broker, until every record is acknowledged.
 * :func:`check_overhead` - the per-record cost of stream-time punctuation checks: count per key
   with 0, 1 and 10 STREAM_TIME schedules that are never due, plus the check alone.
 
@@ -68,31 +72,75 @@ def _fill(task: Task, store: str, size: int) -> None:
     inner.flush()
 
 
-def _cost_for_size(topology: Topology, size: int, reps: int) -> dict[str, Any]:
+class CountingCollector:
+    """Counts the records handed over and keeps none (as a producer does once it sent them)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def send(self, record: Any) -> None:
+        self.count += 1
+
+    def partition_count(self, topic: str) -> int:
+        return 1
+
+    def drain(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+
+def _kafka_collector(bootstrap: str) -> Any:
+    from processor_api.kafka.producer import DeliveryTracker, make_producer
+    from processor_api.runtime.kafka_io import KafkaCollector
+
+    return KafkaCollector(DeliveryTracker(make_producer(bootstrap)), bootstrap)
+
+
+def _cost_for_size(topology: Topology, size: int, reps: int,
+                   bootstrap: str | None = None) -> dict[str, Any]:
     log(f"punctuation cost: store of {size} keys")
     root = Path(tempfile.mkdtemp(prefix="bench-punct-"))
-    collector = ListCollector()
-    task = make_task(topology, root / "0_0", collector)
+    collector = CountingCollector()
+    task = make_task(topology, root / "0_0", collector)  # type: ignore[arg-type]
     _fill(task, "Counts", size)
     store = task.stores["Counts"].store
     inner = task.stores["Counts"].inner
+    kafka = _kafka_collector(bootstrap) if bootstrap else None
     offset = 0
     samples: dict[str, list[float]] = {"punctuation": [], "store_all": [], "rocksdb_scan": []}
+    if kafka is not None:
+        samples["punctuation_to_kafka"] = []
     entries: dict[str, int] = {}
 
-    def punctuation() -> int:
+    def fire() -> float:
         nonlocal offset
-        collector.drain()
         # a record at the next grid point fires the punctuation once
         record = InputRecord("logs", 0, offset, offset * 1000, b"key-0000000", b"v")
         offset += 1
         started = time.perf_counter()
         task.process_batch([record])
-        elapsed = time.perf_counter() - started
-        forwarded = len(collector.drain())
+        return started
+
+    def punctuation() -> int:
+        collector.drain()
+        started = fire()
+        samples["punctuation"].append(time.perf_counter() - started)
         task.flush()
-        samples["punctuation"].append(elapsed)
-        return forwarded
+        return collector.drain()
+
+    def punctuation_to_kafka() -> int:
+        assert kafka is not None
+        task.collector = kafka
+        try:
+            kafka.tracker.reset()
+            sent_before = kafka.sent
+            started = fire()
+            kafka.tracker.flush_and_check(300)
+            samples["punctuation_to_kafka"].append(time.perf_counter() - started)
+        finally:
+            task.collector = collector
+        task.flush()
+        return kafka.sent - sent_before
 
     def store_all() -> int:
         started = time.perf_counter()
@@ -113,10 +161,12 @@ def _cost_for_size(topology: Topology, size: int, reps: int) -> dict[str, Any]:
 
     parts = [("punctuation", punctuation), ("store_all", store_all),
              ("rocksdb_scan", rocksdb_scan)]
+    if kafka is not None:
+        parts.append(("punctuation_to_kafka", punctuation_to_kafka))
     punctuation()  # warm-up: block cache, first firing
     samples["punctuation"].clear()
     for rep in range(reps):
-        for name, fn in parts[rep % 3:] + parts[: rep % 3]:
+        for name, fn in parts[rep % len(parts):] + parts[: rep % len(parts)]:
             gc.collect()
             entries[name] = fn()
     task.close()
@@ -128,23 +178,38 @@ def _cost_for_size(topology: Topology, size: int, reps: int) -> dict[str, Any]:
             "seconds": s, "entries": entries[name], "samples_s": values,
             "entries_per_s_median": entries[name] / s["median"] if s["median"] else None,
         }
+    if kafka is not None:
+        kafka.tracker.producer.flush(30)
+        log(f"  into Kafka {size_result['punctuation_to_kafka']['entries_per_s_median']:.0f}"
+            " entries/s")
     log(f"  punctuation {size_result['punctuation']['entries_per_s_median']:.0f} entries/s, "
         f"store.all {size_result['store_all']['entries_per_s_median']:.0f}/s, "
         f"rocksdb scan {size_result['rocksdb_scan']['entries_per_s_median']:.0f}/s")
     return size_result
 
 
-def punctuation_cost(sizes: list[int], reps: int) -> dict[str, Any]:
-    """Seconds and entries/s of one product-count punctuation over stores of ``sizes`` keys."""
+def punctuation_cost(sizes: list[int], reps: int, bootstrap: str | None = None,
+                     ) -> dict[str, Any]:
+    """Seconds and entries/s of one product-count punctuation over stores of ``sizes`` keys.
+
+    With ``bootstrap``, also into Kafka (``punctuation_to_kafka``: produced and acknowledged).
+    """
     from topologies.product_count import build_topology
 
-    topology = build_topology(punctuate_interval_ms=1000)
     results: dict[str, Any] = {}
     for size in sizes:
-        results[str(size)] = _cost_for_size(topology, size, reps)
+        output_topic = f"bench-punct-out-{size}-{time.time_ns() % 10**6}"
+        if bootstrap:
+            from processor_api.kafka.admin import create_topics
+
+            create_topics(bootstrap, [(output_topic, 1, {})], exist_ok=False)
+        topology = build_topology(punctuate_interval_ms=1000, output_topic=output_topic)
+        results[str(size)] = _cost_for_size(topology, size, reps, bootstrap)
     return {"sizes": sizes, "reps": reps, "by_size": results,
-            "topology": "topologies.product_count:build_topology(punctuate_interval_ms=1000)",
-            "collector": "ListCollector (drained between firings)"}
+            "topology": "topologies.product_count:build_topology(punctuate_interval_ms=1000)"
+                        " (forward_all)",
+            "collector": "counts and keeps nothing; punctuation_to_kafka: KafkaCollector to the "
+                         "embedded broker, until acknowledged"}
 
 
 # -------------------------------------------------------------------- per-record check cost

@@ -155,22 +155,29 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
             f"Command: `{data['command']}` (`{data['make_target']}`), started "
             f"{data['started_at']}.", "",
             "### 2a. One punctuation versus store size (in-process, no Spark)", "",
-            "Seed 003's product count (`topologies.product_count`), a `Task` with a "
-            "`ListCollector` and a real RocksDB store (change logging on) filled with N keys; "
-            "a record at the next grid point fires the punctuation, which forwards every entry "
-            f"to the sink (serialized, collected). Median of {cost['reps']} repetitions, "
-            "alternating with its parts: `store.all()` (typed iteration only) and a raw RocksDB "
-            "scan.", "",
-            "| store keys | punctuation s | punctuation entries/s | store.all() entries/s | "
-            "raw RocksDB scan entries/s |", "|---:|---:|---:|---:|---:|"]
-    xs, ys, ys_all, ys_raw = [], [], [], []
+            "Seed 003's product count (`topologies.product_count`, its punctuator calls "
+            "`context.forward_all(store.all(), timestamp)`), a `Task` and a real RocksDB store "
+            "(change logging on) filled with N keys; a record at the next grid point fires the "
+            "punctuation, which forwards every entry to the sink (serialized, handed to the "
+            f"collector). {cost.get('collector', 'ListCollector')}. Median of "
+            f"{cost['reps']} repetitions, alternating with its parts: `store.all()` (typed "
+            "iteration only) and a raw RocksDB scan.", ""]
+    kafka = any("punctuation_to_kafka" in r for r in cost["by_size"].values())
+    out += ["| store keys | punctuation s | punctuation entries/s | "
+            + ("into Kafka entries/s | " if kafka else "")
+            + "store.all() entries/s | raw RocksDB scan entries/s |",
+            "|---:|---:|---:|" + ("---:|" if kafka else "") + "---:|---:|"]
+    xs, ys, ys_all, ys_raw, ys_kafka = [], [], [], [], []
     for size, r in cost["by_size"].items():
         xs.append(int(size))
         ys.append(r["punctuation"]["entries_per_s_median"])
         ys_all.append(r["store_all"]["entries_per_s_median"])
         ys_raw.append(r["rocksdb_scan"]["entries_per_s_median"])
+        to_kafka = r.get("punctuation_to_kafka", {}).get("entries_per_s_median")
+        ys_kafka.append(to_kafka)
         out.append(f"| {int(size):,} | {_fmt(r['punctuation']['seconds']['median'], 3)} | "
-                   f"{_fmt(ys[-1])} | {_fmt(ys_all[-1])} | {_fmt(ys_raw[-1])} |")
+                   f"{_fmt(ys[-1])} | " + (f"{_fmt(to_kafka)} | " if kafka else "")
+                   + f"{_fmt(ys_all[-1])} | {_fmt(ys_raw[-1])} |")
     secs = [cost["by_size"][str(x)]["punctuation"]["seconds"]["median"] for x in xs]
     fig, (left, ax) = plt.subplots(1, 2, figsize=(11, 4))
     left.plot(xs, secs, "o-")
@@ -183,6 +190,8 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
     left.set_ylabel("seconds per punctuation (median)")
     left.set_title("Cost of one punctuation (forwards the whole store)")
     ax.plot(xs, ys, "o-", label="punctuation (forward all)")
+    if kafka:
+        ax.plot(xs, ys_kafka, "d-.", label="punctuation into Kafka (acknowledged)")
     ax.plot(xs, ys_all, "s--", label="store.all() iteration")
     ax.plot(xs, ys_raw, "^:", label="raw RocksDB scan")
     ax.axhline(1_000_000, color="red", lw=0.8, label="target 1M entries/s")

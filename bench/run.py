@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.time()
             body: dict[str, Any] = {}
             body["cost_vs_store_size"] = punctuation.punctuation_cost(
-                config["punct_sizes"], config["punct_reps"])
+                config["punct_sizes"], config["punct_reps"], broker.bootstrap)
             body["check_overhead"] = punctuation.check_overhead(
                 config["check_records"], config["check_reps"])
             topic = f"bench-punct-input-{config['intervals_records']}"

@@ -493,6 +493,7 @@ class TopologyRunner:
             self._raise_if_failed(query)
             if self._stop_requested.is_set():
                 return
+            self._log_batch_timings(query)
             backlog = self._repartition_backlog(query)
             _log.info("available_now_pass_done", run_pass=attempt, repartition_backlog=backlog)
             if backlog == 0:
@@ -501,6 +502,17 @@ class TopologyRunner:
             f"repartition topics still had unprocessed records after "
             f"{MAX_AVAILABLE_NOW_PASSES} available-now passes"
         )
+
+    @staticmethod
+    def _log_batch_timings(query: Any) -> None:
+        """Where each micro-batch's time went, as Spark measured it (``durationMs``)."""
+        for progress in query.recentProgress or []:
+            durations = progress.get("durationMs") or {}
+            _log.info(
+                "spark_batch_timings", batch=progress.get("batchId"),
+                input_rows=progress.get("numInputRows"),
+                **{f"{name}_ms": value for name, value in sorted(durations.items())},
+            )
 
     def _repartition_backlog(self, query: Any) -> int:
         """Records in repartition topics beyond what the source has read."""
