@@ -33,6 +33,7 @@ from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
 from processor_api.kafka.offsets import end_offsets
 from processor_api.logging import get_logger
 from processor_api.runtime.config import StreamsConfig
+from processor_api.runtime.spark_home import compiled_spark_home
 from processor_api.runtime.spark_task import OUTPUT_SCHEMA, STATE_SCHEMA, JobSpec, run_task
 from processor_api.runtime.topics import TopicPlan, create_topics, plan_topics
 from processor_api.runtime.transactions import commit_marker_topic
@@ -146,6 +147,12 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
     )
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is None:
+        spark_home = compiled_spark_home()
+        if spark_home:
+            os.environ["SPARK_HOME"] = spark_home
     _launch_jvm_in_own_session()
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
