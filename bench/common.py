@@ -137,7 +137,8 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 def command_line() -> str:
     args = " ".join(shlex.quote(a) for a in sys.argv[1:])
     if os.environ.get("BENCH_SOURCE"):  # launched by bench/snapshot.sh
-        return f"bench/snapshot.sh {args}"
+        baseline = os.environ.get("BENCH_BASELINE_REV")
+        return f"bench/snapshot.sh {f'--baseline {baseline} ' if baseline else ''}{args}"
     return f"python -m bench.run {args}"
 
 

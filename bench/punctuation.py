@@ -208,8 +208,9 @@ def punctuation_cost(sizes: list[int], reps: int, bootstrap: str | None = None,
     return {"sizes": sizes, "reps": reps, "by_size": results,
             "topology": "topologies.product_count:build_topology(punctuate_interval_ms=1000)"
                         " (forward_all)",
-            "collector": "counts and keeps nothing; punctuation_to_kafka: KafkaCollector to the "
-                         "embedded broker, until acknowledged"}
+            "collector": "The collector counts the records and keeps none (as a producer does); "
+                         "'into Kafka': a KafkaCollector producing to the embedded broker, timed "
+                         "until every record is acknowledged"}
 
 
 # -------------------------------------------------------------------- per-record check cost

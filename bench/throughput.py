@@ -263,7 +263,7 @@ def run_size(broker: Broker, records: int, reps: int, include: set[str] | None =
         "records": records, "keys": KEYS, "partitions": PARTITIONS, "topic": topic,
         "produce": produced, "end_offsets": ends, "reps": reps, "master": MASTER,
         "max_records_per_batch": MAX_RECORDS_PER_BATCH,
-        "commands": {
+        "commands": {name: command for name, command in {
             "processor_api": " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
             "hand_loop": " ".join(hand_loop_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
             "quixstreams": " ".join(quix_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
@@ -276,7 +276,7 @@ def run_size(broker: Broker, records: int, reps: int, include: set[str] | None =
                                                 ("--topology-arg", "caching=true"))),
             BIG_BATCHES: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
                                                     ("--max-records-per-batch", "1000000"))),
-        },
+        }.items() if name in summary},
         "runs": outcome_dicts(runs),
         "summary": summary,
         "throughput_ratios": {k: v for k, v in ratios.items() if v is not None
