@@ -2,8 +2,9 @@
 ``run-topology`` gives the same result as on local Spark.
 
 ``local-cluster`` starts a standalone master and two workers inside the driver JVM; each worker
-launches one executor JVM from ``$SPARK_HOME`` (pyspark's own install: ``bin/``, ``jars/``) and
-keeps its stdout/stderr in ``$SPARK_HOME/work/<app-id>/<executor-id>/``. The test tags its
+launches one executor JVM from ``$SPARK_HOME`` (the runner's compiled copy of pyspark's install,
+see ``processor_api.runtime.spark_home``, or pyspark's own) and keeps its stdout/stderr in
+``$SPARK_HOME/work/<app-id>/<executor-id>/``. The test tags its
 executors with a JVM system property to find that directory, checks that both executors ran
 tasks, then deletes it.
 """
@@ -24,23 +25,27 @@ from topologies.word_count import split_words
 pytestmark = pytest.mark.integration
 
 
-def _spark_home() -> Path:
+def _spark_homes() -> list[Path]:
+    """Where the run's executors may have their work dirs: the compiled home, or pyspark's."""
     from pyspark.find_spark_home import _find_spark_home
 
-    return Path(_find_spark_home())
+    from processor_api.runtime.spark_home import compiled_spark_home
+
+    compiled = compiled_spark_home()
+    return [Path(home) for home in (compiled, _find_spark_home()) if home]
 
 
 def _executor_dirs(marker: str) -> list[Path]:
     """``$SPARK_HOME/work/<app>/<executor>`` of the executors started with ``marker``."""
-    work = _spark_home() / "work"
     found = []
-    for stderr in work.glob("app-*/*/stderr"):
-        try:
-            with open(stderr, errors="replace") as handle:
-                if marker in handle.readline():  # "Spark Executor Command: ..."
-                    found.append(stderr.parent)
-        except OSError:
-            continue
+    for home in _spark_homes():
+        for stderr in (home / "work").glob("app-*/*/stderr"):
+            try:
+                with open(stderr, errors="replace") as handle:
+                    if marker in handle.readline():  # "Spark Executor Command: ..."
+                        found.append(stderr.parent)
+            except OSError:
+                continue
     return sorted(found)
 
 
