@@ -147,12 +147,6 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
     )
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
-    from pyspark import SparkContext
-
-    if SparkContext._gateway is None:
-        spark_home = compiled_spark_home()
-        if spark_home:
-            os.environ["SPARK_HOME"] = spark_home
     _launch_jvm_in_own_session()
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
@@ -160,7 +154,7 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
 
 
 def _launch_jvm_in_own_session() -> None:
-    """Start Spark's JVM in a session of its own.
+    """Start Spark's JVM (from the compiled ``SPARK_HOME``, see spark_home.py) in a session of its own.
 
     ``kill -TERM -<pgid>`` (or systemd's control-group stop) then reaches only this driver
     process, which stops the query after the batch in flight; the JVM would otherwise die at
@@ -171,6 +165,9 @@ def _launch_jvm_in_own_session() -> None:
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is None:
+        spark_home = compiled_spark_home()  # workers import a byte-compiled pyspark.zip
+        if spark_home:
+            os.environ["SPARK_HOME"] = spark_home
         SparkContext._ensure_initialized(
             gateway=launch_gateway(popen_kwargs={"start_new_session": True})
         )
