@@ -45,7 +45,9 @@ def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelName(level.upper())
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # one write() per event, line and newline together: print() writes them apart, and
+        # the Spark JVM, sharing stderr, then put its own lines between the two
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     _configured = True

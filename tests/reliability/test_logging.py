@@ -12,6 +12,7 @@ Two library bugs found while building the crash tests, pinned here (fixed in 4f4
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -44,6 +45,37 @@ def test_module_level_loggers_follow_the_format_configured_later():
     lines = [line for line in result.stderr.splitlines() if "probe_event" in line]
     assert len(lines) == 1, result.stderr
     assert json.loads(lines[0])["event"] == "probe_event"
+
+
+def test_each_event_is_one_write_of_a_whole_line():
+    """Another process writing to the same stderr (the Spark JVM) must not land between an
+    event and its newline: an event went out as two writes, and a JVM warning glued to the
+    ``query_stopped`` line made it unreadable."""
+    code = (
+        "import sys\n"
+        "class Recorder:\n"
+        "    def __init__(self):\n"
+        "        self.writes = []\n"
+        "    def write(self, text):\n"
+        "        self.writes.append(text)\n"
+        "        return len(text)\n"
+        "    def flush(self):\n"
+        "        pass\n"
+        "sys.stderr = recorder = Recorder()\n"
+        "from processor_api.logging import configure_logging, get_logger\n"
+        "configure_logging('json')\n"
+        "get_logger('probe').info('query_stopped', application_id='a')\n"
+        "get_logger('probe').info('run_finished', batches=2)\n"
+        "print(repr(recorder.writes))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    writes = ast.literal_eval(result.stdout.strip())
+    assert len(writes) == 2, writes
+    for text, event in zip(writes, ["query_stopped", "run_finished"], strict=True):
+        assert text.endswith("\n") and text.count("\n") == 1, text
+        assert json.loads(text)["event"] == event
 
 
 # str() of the StreamingQueryException that `run-topology` got when the broker stopped in the
