@@ -152,7 +152,7 @@ class Broker:
 
     @classmethod
     def start(cls) -> Broker:
-        from processor_api.kafka.embedded import EmbeddedKafka
+        from processor_api.testing.embedded import EmbeddedKafka
 
         kafka = EmbeddedKafka()
         kafka.start()

@@ -31,15 +31,15 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
 
+    from processor_api.config import StreamsConfig
+    from processor_api.engine.task import Task
     from processor_api.kafka.admin import create_topics
+    from processor_api.kafka.collector import KafkaCollector
     from processor_api.kafka.offsets import end_offsets
     from processor_api.kafka.producer import DeliveryTracker, make_producer
-    from processor_api.kafka.spark_source import KafkaSourceOptions, read_range
     from processor_api.logging import configure_logging
-    from processor_api.runtime.config import StreamsConfig
-    from processor_api.runtime.kafka_io import KafkaCollector
-    from processor_api.runtime.spark_task import _input_records
-    from processor_api.runtime.task import Task
+    from processor_api.spark.kafka_source import KafkaSourceOptions, read_range
+    from processor_api.spark.task_function import _input_records
     from topologies.count_per_key import build_topology
 
     configure_logging("console", level="WARNING")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 def punctuation(size: int) -> None:
     from bench.punctuation import _fill, make_task
-    from processor_api.runtime.records import InputRecord, ListCollector
+    from processor_api.engine.records import InputRecord, ListCollector
     from topologies.product_count import build_topology
 
     root = Path(tempfile.mkdtemp(prefix="bench-prof-punct-"))

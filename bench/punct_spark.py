@@ -33,14 +33,14 @@ INTERVALS = {"none": NEVER_MS, "10 s": 10_000, "1 s": 1_000, "100 ms": 100}
 
 
 def _session(master: str = "local[2]") -> Any:
-    from processor_api.runtime.spark_runner import RunSettings, build_spark_session
+    from processor_api.spark.runner import RunSettings, build_spark_session
 
     settings = RunSettings(bootstrap_servers="unused", master=master)
     return build_spark_session(settings, "bench-punctuation", 3)
 
 
 def intervals(args: argparse.Namespace) -> dict[str, Any]:
-    from processor_api.runtime.spark_runner import RunSettings, TopologyRunner
+    from processor_api.spark.runner import RunSettings, TopologyRunner
 
     spark = _session()
     runs = []
@@ -134,7 +134,7 @@ def _read_all(bootstrap: str, topic: str) -> list[dict]:
 
 def lag(args: argparse.Namespace) -> dict[str, Any]:
     from processor_api.kafka.admin import create_topics
-    from processor_api.runtime.spark_runner import RunSettings, TopologyRunner
+    from processor_api.spark.runner import RunSettings, TopologyRunner
 
     spark = _session()
     runs = []

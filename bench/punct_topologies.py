@@ -22,7 +22,7 @@ from processor_api import (
     Stores,
     Topology,
 )
-from processor_api.runtime.punctuation import next_due_after
+from processor_api.engine.punctuation import next_due_after
 from topologies.count_per_key import CountProcessor
 
 NEVER_MS = 10**12  # an interval no benchmark reaches after the first firing

@@ -1,6 +1,6 @@
 """Punctuation benchmarks.
 
-In-process (the task engine without Spark: ``processor_api.runtime.task.Task``, real RocksDB
+In-process (the task engine without Spark: ``processor_api.engine.task.Task``, real RocksDB
 stores, change logging on):
 
 * :func:`punctuation_cost` - one punctuation of seed 003's product count (forwards the whole
@@ -39,9 +39,9 @@ from bench.common import (
     run_command,
     stats,
 )
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.records import InputRecord, ListCollector
-from processor_api.runtime.task import Task
+from processor_api.config import StreamsConfig
+from processor_api.engine.records import InputRecord, ListCollector
+from processor_api.engine.task import Task
 from processor_api.topology import Topology
 
 _LONG = struct.Struct(">q")
@@ -90,8 +90,8 @@ class CountingCollector:
 
 
 def _kafka_collector(bootstrap: str) -> Any:
+    from processor_api.kafka.collector import KafkaCollector
     from processor_api.kafka.producer import DeliveryTracker, make_producer
-    from processor_api.runtime.kafka_io import KafkaCollector
 
     return KafkaCollector(DeliveryTracker(make_producer(bootstrap)), bootstrap)
 

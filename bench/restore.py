@@ -56,10 +56,10 @@ def produce_changelog(bootstrap: str, entries: int) -> dict[str, Any]:
 
 
 def _processor_api_restore(bootstrap: str, entries: int) -> tuple[float, dict]:
-    from processor_api.runtime.kafka_io import read_changelog
-    from processor_api.runtime.task_state import TaskStores
+    from processor_api.kafka.collector import read_changelog
     from processor_api.serdes import Serdes
     from processor_api.state.builder import Stores
+    from processor_api.state.manager import TaskStores
 
     root = Path(tempfile.mkdtemp(prefix="bench-restore-"))
     builder = Stores.key_value_store_builder(
@@ -67,7 +67,8 @@ def _processor_api_restore(bootstrap: str, entries: int) -> tuple[float, dict]:
     gc.collect()
     started = time.perf_counter()
     stores = TaskStores(application_id=APP, task_id="0_0", partition=0, directory=root / "0_0",
-                        builders={STORE: builder}, timestamp_fn=lambda: 0)
+                        builders={STORE: builder},
+                        changelog_topics={STORE: f"{APP}-{STORE}-changelog"}, timestamp_fn=lambda: 0)
     stack = stores.build(builder, lambda: 0)
 
     def reader(topic, partition, start, end, apply):  # noqa: ANN001

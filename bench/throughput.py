@@ -124,8 +124,8 @@ def tws_env() -> dict[str, str]:
 
 
 def _verify_processor_api(state_dir: str, app_id: str, records: int) -> dict[str, Any]:
-    from processor_api.runtime.inspect import read_local_store
     from processor_api.serdes import Serdes
+    from processor_api.state.inspect import read_local_store
 
     counts = read_local_store(state_dir, app_id, "counts", Serdes.string(), Serdes.long())
     return {"keys": len(counts), "sum_counts": sum(counts.values())}

@@ -58,7 +58,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from processor_api.kafka.spark_source import KafkaDataSource
+    from processor_api.spark.kafka_source import KafkaDataSource
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     python_path = os.pathsep.join(dict.fromkeys([os.getcwd(), *(p for p in sys.path if p)]))

@@ -98,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, log: Any) -> int:
-    from processor_api.runtime.loader import load_topology
-    from processor_api.runtime.run_lock import ApplicationLock
-    from processor_api.runtime.spark_runner import RunSettings, TopologyRunner
-    from processor_api.runtime.task_state import wipe_application_state
+    from processor_api.loader import load_topology
+    from processor_api.spark.runner import RunSettings, TopologyRunner
+    from processor_api.state.locks import ApplicationLock
+    from processor_api.state.manager import wipe_application_state
 
     topology_kwargs = dict(args.topology_arg)
     topology = load_topology(args.topology, topology_kwargs)  # fail fast on a bad path
@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             log.info("local_state_wiped", application_id=application_id, tasks=wiped)
         bootstrap = args.bootstrap_servers
         if args.embedded_broker:
-            from processor_api.kafka.embedded import EmbeddedKafka
+            from processor_api.testing.embedded import EmbeddedKafka
 
             broker = stack.enter_context(EmbeddedKafka())
             bootstrap = broker.bootstrap_servers

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def kafka():
     """A real Kafka-protocol broker (Tansu) on a free loopback port, for the whole session."""
-    from processor_api.kafka.embedded import EmbeddedKafka
+    from processor_api.testing.embedded import EmbeddedKafka
 
     with EmbeddedKafka() as broker:
         yield broker

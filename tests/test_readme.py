@@ -72,7 +72,7 @@ def test_readme_example(readme_namespace, name):
     ("reference", "printed"), DESCRIBE_BLOCK.findall(_readme()) or [("none", "")]
 )
 def test_printed_describe_output_is_current(reference, printed):
-    from processor_api.runtime.loader import load_topology
+    from processor_api.loader import load_topology
 
     assert reference != "none", "the README shows no describe() output to check"
     actual = str(load_topology(reference).describe())

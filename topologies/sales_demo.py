@@ -24,12 +24,12 @@ import time
 from confluent_kafka import Consumer
 
 from processor_api.kafka.admin import client_config
-from processor_api.kafka.embedded import EmbeddedKafka
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.logging import configure_logging
-from processor_api.runtime.inspect import read_local_store
-from processor_api.runtime.spark_runner import RunSettings, TopologyRunner
 from processor_api.serdes import Serdes
+from processor_api.spark.runner import RunSettings, TopologyRunner
+from processor_api.state.inspect import read_local_store
+from processor_api.testing.embedded import EmbeddedKafka
 from topologies.sales_aggregation import (
     DEFAULT_INPUT_TOPIC,
     DEFAULT_OUTPUT_TOPIC,

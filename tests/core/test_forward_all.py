@@ -16,10 +16,10 @@ from processor_api import (
     Stores,
     Topology,
 )
+from processor_api.config import StreamsConfig
+from processor_api.engine.records import InputRecord, ListCollector
+from processor_api.engine.task import Task
 from processor_api.processor import ProcessorContext
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.records import InputRecord, ListCollector
-from processor_api.runtime.task import Task
 from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.testing import TopologyTestDriver
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from processor_api import Processor, PunctuationType, Record, Serdes, Stores, Topology
-from processor_api.runtime.punctuation import next_due_after
+from processor_api.engine.punctuation import next_due_after
 from processor_api.testing import TopologyTestDriver
 
 

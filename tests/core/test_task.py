@@ -15,10 +15,10 @@ from processor_api import (
     Stores,
     Topology,
 )
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.metadata import TaskMetadata
-from processor_api.runtime.records import InputRecord, ListCollector, OutputRecord
-from processor_api.runtime.task import Task
+from processor_api.config import StreamsConfig
+from processor_api.engine.metadata import TaskMetadata
+from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
+from processor_api.engine.task import Task
 
 
 class Clock:

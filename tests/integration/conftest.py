@@ -27,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from processor_api.errors import MissingTopicError
 from processor_api.kafka.admin import client_config, topic_partitions
 from processor_api.kafka.producer import DeliveryTracker, make_producer
-from processor_api.runtime.spark_runner import RunResult, RunSettings, TopologyRunner
+from processor_api.spark.runner import RunResult, RunSettings, TopologyRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # How long a stopped run may take to wind down: the runner waits for the micro-batch in flight

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from processor_api.kafka.embedded import free_port
 from processor_api.serdes import Serdes
+from processor_api.testing.embedded import free_port
 from tests.integration.conftest import TopicReader, produce, run_cli, uid
 from topologies.word_count import split_words
 

@@ -3,7 +3,7 @@
 
 ``local-cluster`` starts a standalone master and two workers inside the driver JVM; each worker
 launches one executor JVM from ``$SPARK_HOME`` (the runner's compiled copy of pyspark's install,
-see ``processor_api.runtime.spark_home``, or pyspark's own) and keeps its stdout/stderr in
+see ``processor_api.spark.spark_home``, or pyspark's own) and keeps its stdout/stderr in
 ``$SPARK_HOME/work/<app-id>/<executor-id>/``. The test tags its
 executors with a JVM system property to find that directory, checks that both executors ran
 tasks, then deletes it.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from processor_api.runtime.inspect import read_local_store
 from processor_api.serdes import Serdes
+from processor_api.state.inspect import read_local_store
 from tests.integration.conftest import WORD_COUNT_LINES, TopicReader, run_cli, uid
 from topologies.word_count import split_words
 
@@ -29,7 +29,7 @@ def _spark_homes() -> list[Path]:
     """Where the run's executors may have their work dirs: the compiled home, or pyspark's."""
     from pyspark.find_spark_home import _find_spark_home
 
-    from processor_api.runtime.spark_home import compiled_spark_home
+    from processor_api.spark.spark_home import compiled_spark_home
 
     compiled = compiled_spark_home()
     return [Path(home) for home in (compiled, _find_spark_home()) if home]

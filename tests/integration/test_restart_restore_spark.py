@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from processor_api.runtime.inspect import read_local_store
-from processor_api.runtime.task_state import wipe_application_state
 from processor_api.serdes import Serdes
+from processor_api.state.inspect import read_local_store
+from processor_api.state.manager import wipe_application_state
 from tests.integration.conftest import BackgroundRun, TopicReader, produce, settings_for, uid
 
 pytestmark = pytest.mark.integration

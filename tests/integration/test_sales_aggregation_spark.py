@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from processor_api.runtime.inspect import read_local_store
 from processor_api.serdes import Serdes
+from processor_api.state.inspect import read_local_store
 from tests.integration.conftest import BackgroundRun, TopicReader, produce, settings_for, uid
 
 pytestmark = pytest.mark.integration

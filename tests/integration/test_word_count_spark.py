@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from processor_api.runtime.inspect import read_local_store
 from processor_api.serdes import Serdes
+from processor_api.state.inspect import read_local_store
 from tests.integration.conftest import WORD_COUNT_LINES
 from topologies.word_count import split_words
 

@@ -15,7 +15,7 @@ from processor_api.kafka.admin import (
     ensure_topics,
     topic_partitions,
 )
-from processor_api.kafka.embedded import free_port
+from processor_api.testing.embedded import free_port
 
 
 def _topic(prefix: str) -> str:

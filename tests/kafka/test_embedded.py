@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor_api.errors import BrokerUnavailableError, StreamsError
 from processor_api.kafka.admin import check_broker, topic_partitions
-from processor_api.kafka.embedded import EmbeddedKafka, free_port, tansu_binary
+from processor_api.testing.embedded import EmbeddedKafka, free_port, tansu_binary
 
 
 def _topic(prefix: str) -> str:

@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor_api.errors import DeliveryError, StreamsError
-from processor_api.kafka.embedded import free_port
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
+from processor_api.testing.embedded import free_port
 
 
 def _topic(prefix: str) -> str:

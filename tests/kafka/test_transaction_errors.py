@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from processor_api.kafka import transactions
 
 from processor_api.errors import StreamsError
-from processor_api.kafka.embedded import free_port
-from processor_api.runtime import transactions
-from processor_api.runtime.transactions import TransactionalProducers, transaction_step
+from processor_api.kafka.transactions import TransactionalProducers, transaction_step
+from processor_api.testing.embedded import free_port
 
 
 def test_init_transactions_without_a_broker_names_id_broker_and_timeout(tmp_path, monkeypatch):

@@ -1005,8 +1005,8 @@ class CrashScenario:
         return self.report
 
     def evaluate(self) -> CrashReport:
-        from processor_api.runtime.inspect import read_local_store
         from processor_api.serdes import Serdes
+        from processor_api.state.inspect import read_local_store
 
         expected = expected_notifications(self.sales)
         totals = fold_totals(self.sales)

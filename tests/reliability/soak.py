@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
-            from processor_api.kafka.embedded import EmbeddedKafka
+            from processor_api.testing.embedded import EmbeddedKafka
 
             bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
         for number, guarantee in enumerate(guarantees):

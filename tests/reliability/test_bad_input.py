@@ -17,7 +17,7 @@ import pytest
 
 from processor_api import Serdes
 from processor_api.errors import ProcessingError
-from processor_api.runtime.inspect import read_local_store
+from processor_api.state.inspect import read_local_store
 from processor_api.testing import TopologyTestDriver
 from tests.reliability.conftest import (
     CliRun,

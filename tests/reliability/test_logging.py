@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 
-from processor_api.runtime.spark_runner import explain_failure
+from processor_api.spark.runner import explain_failure
 from tests.reliability.conftest import REPO_ROOT, parse_log_line
 
 
@@ -35,7 +35,7 @@ def test_parse_log_line_reads_json_and_console_lines():
 def test_module_level_loggers_follow_the_format_configured_later():
     """A logger bound at import (before ``configure_logging('json')``) prints JSON."""
     code = (
-        "import processor_api.runtime.task_state as task_state\n"
+        "import processor_api.state.manager as task_state\n"
         "from processor_api.logging import configure_logging\n"
         "configure_logging('json')\n"
         "task_state._log.info('probe_event', task='0_0')\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from processor_api.kafka.embedded import EmbeddedKafka, free_port
+from processor_api.testing.embedded import EmbeddedKafka, free_port
 from tests.reliability.conftest import (
     SALES,
     CliRun,
@@ -50,8 +50,8 @@ def _sales_setup(bootstrap: str, sales, partitions: int = 3) -> dict[str, str]:
 
 
 def _check_output(bootstrap, topics, sales, guarantee, state_dir, app_id):
-    from processor_api.runtime.inspect import read_local_store
     from processor_api.serdes import Serdes
+    from processor_api.state.inspect import read_local_store
 
     records = read_topic(bootstrap, topics["output_topic"])
     status = topic_transaction_status(bootstrap, topics["output_topic"])

@@ -22,7 +22,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from processor_api.errors import ConfigError, SourceReadError  # noqa: E402
-from processor_api.kafka.spark_source import (  # noqa: E402
+from processor_api.spark.kafka_source import (  # noqa: E402
     SOURCE_NAME,
     KafkaDataSource,
     KafkaSourceOptions,

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from processor_api.runtime import spark_home
+from processor_api.spark import spark_home
 
 
 def test_the_compiled_home_links_the_installation_and_carries_bytecode(tmp_path, monkeypatch):

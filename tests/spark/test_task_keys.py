@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from processor_api.runtime.task_keys import (
+from processor_api.spark.task_keys import (
     TASK_KEYS_FILE,
     load_or_plan_group_keys,
     plan_group_keys,

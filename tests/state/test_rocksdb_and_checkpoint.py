@@ -87,7 +87,7 @@ def test_committed_task_state_survives_a_hard_exit(tmp_path):
         f"""
         import os
         from pathlib import Path
-        from processor_api.runtime.task_state import TaskStores
+        from processor_api.state.manager import TaskStores
         from processor_api.serdes import Serdes
         from processor_api.state import Stores
 
@@ -96,7 +96,8 @@ def test_committed_task_state_survives_a_hard_exit(tmp_path):
         )
         stores = TaskStores(
             application_id="app", task_id="0_0", partition=0, directory=Path({str(tmp_path)!r}),
-            builders={{"counts": builder}}, timestamp_fn=lambda: 0,
+            builders={{"counts": builder}}, changelog_topics={{"counts": "app-counts-changelog"}},
+            timestamp_fn=lambda: 0,
         )
         store = stores.build(builder, lambda: 0).store
         store.put_all([("key-%d" % i, i) for i in range(1000)])
@@ -108,15 +109,16 @@ def test_committed_task_state_survives_a_hard_exit(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    from processor_api.runtime.task_state import TaskStores
     from processor_api.serdes import Serdes
+    from processor_api.state.manager import TaskStores
 
     builder = Stores.key_value_store_builder(
         Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
     )
     stores = TaskStores(
         application_id="app", task_id="0_0", partition=0, directory=tmp_path,
-        builders={"counts": builder}, timestamp_fn=lambda: 0,
+        builders={"counts": builder}, changelog_topics={"counts": "app-counts-changelog"},
+        timestamp_fn=lambda: 0,
     )
     store = stores.build(builder, lambda: 0).store
     assert stores.local_positions() == {"counts": 1001}

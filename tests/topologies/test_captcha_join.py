@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.records import InputRecord, ListCollector
-from processor_api.runtime.task import Task
+from processor_api.config import StreamsConfig
+from processor_api.engine.records import InputRecord, ListCollector
+from processor_api.engine.task import Task
 from processor_api.serdes import Serdes
 from processor_api.testing import TestInputTopic, TestOutputTopic, TopologyTestDriver
 from topologies.captcha_join import build_topology

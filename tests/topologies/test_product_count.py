@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from processor_api import Serdes
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.records import InputRecord, ListCollector
-from processor_api.runtime.task import Task
+from processor_api.config import StreamsConfig
+from processor_api.engine.records import InputRecord, ListCollector
+from processor_api.engine.task import Task
 from processor_api.testing import TopologyTestDriver
 from topologies.product_count import build_topology
 

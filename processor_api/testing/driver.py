@@ -1,4 +1,4 @@
-"""Testing tools: :class:`TopologyTestDriver` (no broker, no Spark) and :class:`EmbeddedKafka`.
+"""The topology test driver: :class:`TopologyTestDriver` runs a topology with no broker and no Spark.
 
 The driver runs a topology with the same task engine the Spark runtime uses, one task per
 sub-topology on partition 0, with a mocked wall clock::
@@ -25,19 +25,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from processor_api.config import StreamsConfig
+from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
+from processor_api.engine.task import Task
 from processor_api.errors import StoreError, StreamsError
-from processor_api.kafka.embedded import EmbeddedKafka
 from processor_api.processor import Record
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.records import InputRecord, ListCollector, OutputRecord
-from processor_api.runtime.task import Task
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.base import KeyValue
 from processor_api.state.key_value import KeyValueStore
 from processor_api.topology import Topology
 
 __all__ = [
-    "EmbeddedKafka",
     "NoSuchElementError",
     "TestInputTopic",
     "TestOutputTopic",

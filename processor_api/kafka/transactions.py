@@ -30,25 +30,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config
+from processor_api.kafka.names import transactional_id
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.logging import get_logger
-from processor_api.runtime.metadata import TaskMetadata
 
 _log = get_logger("processor_api.transactions")
 
 INIT_TIMEOUT_S = 30.0
 MARKER_READ_TIMEOUT_S = 30.0
 OWNER_FILE = ".txn-owner"
-
-
-def commit_marker_topic(application_id: str) -> str:
-    """The topic holding each task's commit markers."""
-    return f"{application_id}-task-commits"
-
-
-def transactional_id(application_id: str, task_id: str) -> str:
-    return f"{application_id}-{task_id}"
 
 
 def transaction_step(
@@ -129,16 +120,17 @@ class TransactionalProducers:
 
 @dataclass
 class CommitMarker:
-    """A committed marker: its offset and the task metadata it carries."""
+    """A committed marker: its offset and the task metadata (JSON text) it carries."""
 
     offset: int
     sequence: int
-    metadata: TaskMetadata
+    metadata_json: str
 
 
-def marker_value(sequence: int, metadata: TaskMetadata) -> bytes:
+def marker_value(sequence: int, metadata_json: str) -> bytes:
+    """A marker record's value: the sequence number and the task metadata after the batch."""
     return json.dumps(
-        {"sequence": sequence, "metadata": json.loads(metadata.to_json())},
+        {"sequence": sequence, "metadata": json.loads(metadata_json)},
         separators=(",", ":"),
     ).encode()
 
@@ -193,7 +185,7 @@ def read_latest_marker(
             latest = CommitMarker(
                 offset=message.offset(),
                 sequence=int(data["sequence"]),
-                metadata=TaskMetadata.from_json(json.dumps(data["metadata"])),
+                metadata_json=json.dumps(data["metadata"]),
             )
     finally:
         consumer.close()

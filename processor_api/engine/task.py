@@ -24,6 +24,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from processor_api.config import StreamsConfig
+from processor_api.engine.metadata import TaskMetadata
+from processor_api.engine.punctuation import (
+    NEVER,
+    PunctuationQueue,
+    PunctuationSchedule,
+    ScheduleState,
+)
+from processor_api.engine.records import InputRecord, OutputRecord, RecordCollector
 from processor_api.errors import ProcessingError, StoreError, StreamsError
 from processor_api.logging import get_logger
 from processor_api.processor import (
@@ -35,15 +44,6 @@ from processor_api.processor import (
     RecordMetadata,
     _check_timestamp,
 )
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.metadata import TaskMetadata
-from processor_api.runtime.punctuation import (
-    NEVER,
-    PunctuationQueue,
-    PunctuationSchedule,
-    ScheduleState,
-)
-from processor_api.runtime.records import InputRecord, OutputRecord, RecordCollector
 from processor_api.serdes import Serde
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.changelogging import ChangeRecord

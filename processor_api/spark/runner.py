@@ -28,15 +28,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
+from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
+from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.spark_home import compiled_spark_home
-from processor_api.runtime.spark_task import OUTPUT_SCHEMA, STATE_SCHEMA, JobSpec, run_task
-from processor_api.runtime.topics import TopicPlan, create_topics, plan_topics
-from processor_api.runtime.transactions import commit_marker_topic
+from processor_api.spark.spark_home import compiled_spark_home
+from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, JobSpec, run_task
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -221,7 +221,7 @@ class TopologyRunner:
         )
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
-            from processor_api.runtime.loader import load_topology
+            from processor_api.loader import load_topology
 
             self._topology_ref: str | None = topology
             self.topology = load_topology(topology, self._topology_kwargs)
@@ -302,9 +302,9 @@ class TopologyRunner:
         from pyspark.sql import functions as F
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        from processor_api.kafka.spark_source import KafkaDataSource
-        from processor_api.runtime.bootstrap_source import BOOTSTRAP_FORMAT, TaskBootstrapSource
-        from processor_api.runtime.task_keys import load_or_plan_group_keys
+        from processor_api.spark.bootstrap_source import BOOTSTRAP_FORMAT, TaskBootstrapSource
+        from processor_api.spark.kafka_source import KafkaDataSource
+        from processor_api.spark.task_keys import load_or_plan_group_keys
 
         plan = self.plan or self.prepare()
         self._check_checkpoint_mode(available_now)

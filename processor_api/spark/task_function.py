@@ -31,29 +31,24 @@ from typing import Any
 
 import pandas as pd
 
+from processor_api.config import StreamsConfig
+from processor_api.engine.metadata import TaskMetadata
+from processor_api.engine.records import InputRecord
+from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
+from processor_api.kafka.collector import KafkaCollector, read_changelog
+from processor_api.kafka.names import changelog_topic, commit_marker_topic, transactional_id
 from processor_api.kafka.producer import DeliveryTracker, make_producer
-from processor_api.logging import configure_logging, get_logger
-from processor_api.runtime.config import StreamsConfig
-from processor_api.runtime.kafka_io import KafkaCollector, read_changelog
-from processor_api.runtime.metadata import TaskMetadata
-from processor_api.runtime.records import InputRecord
-from processor_api.runtime.task import Task
-from processor_api.runtime.task_keys import task_id_of
-from processor_api.runtime.task_state import (
-    TaskLock,
-    TaskStores,
-    changelog_topic,
-    task_directory,
-)
-from processor_api.runtime.transactions import (
+from processor_api.kafka.transactions import (
     TransactionalProducers,
-    commit_marker_topic,
     marker_value,
     read_latest_marker,
     transaction_step,
-    transactional_id,
 )
+from processor_api.logging import configure_logging, get_logger
+from processor_api.spark.task_keys import task_id_of
+from processor_api.state.locks import TaskLock
+from processor_api.state.manager import TaskStores, task_directory
 from processor_api.topology import SubTopology, Topology
 
 OUTPUT_SCHEMA = (
@@ -83,7 +78,7 @@ class JobSpec:
 
     def load_topology(self) -> Topology:
         if self.topology_ref is not None:
-            from processor_api.runtime.loader import load_topology
+            from processor_api.loader import load_topology
 
             return load_topology(self.topology_ref, self.topology_kwargs)
         from pyspark import cloudpickle
@@ -294,7 +289,7 @@ class _TaskBatch:
         )
         if marker is None or marker.sequence <= int(metadata.extra.get("sequence", 0)):
             return metadata
-        adopted = marker.metadata
+        adopted = TaskMetadata.from_json(marker.metadata_json)
         adopted.extra["marker_end"] = marker.offset + 1
         adopted.extra["sequence"] = marker.sequence
         self.log.warning(
@@ -320,6 +315,8 @@ class _TaskBatch:
             directory=self.directory,
             builders={name: runtime.topology.store_builders[name]
                       for name in self.subtopology.store_names},
+            changelog_topics={name: changelog_topic(self.app_id, name)
+                              for name in self.subtopology.store_names},
             timestamp_fn=lambda: 0,
         )
         task = Task(
@@ -396,7 +393,7 @@ class _TaskBatch:
         topic = commit_marker_topic(self.app_id)
         partition = self.spec.task_ids.index(self.task_id)
         tracker.produce(
-            topic, self.task_id.encode(), marker_value(sequence, new_metadata),
+            topic, self.task_id.encode(), marker_value(sequence, new_metadata.to_json()),
             partition=partition,
         )
         tracker.flush_and_check(self.spec.flush_timeout_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -11,7 +12,6 @@ from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config, topic_partitions
 from processor_api.kafka.producer import DeliveryTracker
 from processor_api.logging import get_logger
-from processor_api.runtime.records import OutputRecord
 from processor_api.state.changelogging import ChangeRecord
 
 _log = get_logger("processor_api.kafka_io")
@@ -19,6 +19,17 @@ _log = get_logger("processor_api.kafka_io")
 RESTORE_BATCH = 10_000
 RESTORE_STALL_TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 2.0
+
+
+class ProducedRecord(Protocol):
+    """What the collector needs of an output record (the engine's ``OutputRecord``)."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
 
 
 class KafkaCollector:
@@ -30,7 +41,7 @@ class KafkaCollector:
         self._partition_counts: dict[str, int] = {}
         self.sent = 0
 
-    def send(self, record: OutputRecord) -> None:
+    def send(self, record: ProducedRecord) -> None:
         self.tracker.produce(
             record.topic,
             record.key,

