@@ -85,9 +85,12 @@ def machine_info() -> dict[str, Any]:
     quix_python = QUIX_VENV / "bin" / "python"
     if quix_python.exists():
         quix = _run_text(
-            [str(quix_python), "-c",
-             "import importlib.metadata as m; print(m.version('quixstreams'), "
-             "m.version('confluent-kafka'), m.version('rocksdict'))"]
+            [
+                str(quix_python),
+                "-c",
+                "import importlib.metadata as m; print(m.version('quixstreams'), "
+                "m.version('confluent-kafka'), m.version('rocksdict'))",
+            ]
         )
     java = _run_text(["java", "-version"]).splitlines()
     return {
@@ -204,9 +207,13 @@ def produce_input(
     for i in range(records):
         while True:
             try:
-                produce(topic, value, key_for(i, keys),
-                        timestamp=BASE_TIMESTAMP_MS + i // RECORDS_PER_MS,
-                        on_delivery=on_delivery)
+                produce(
+                    topic,
+                    value,
+                    key_for(i, keys),
+                    timestamp=BASE_TIMESTAMP_MS + i // RECORDS_PER_MS,
+                    on_delivery=on_delivery,
+                )
                 break
             except BufferError:
                 poll(0.05)
@@ -216,8 +223,13 @@ def produce_input(
     elapsed = time.monotonic() - started
     if remaining or failures:
         raise RuntimeError(f"producing {topic}: {remaining} unflushed, errors {failures}")
-    return {"records": records, "keys": keys, "value_bytes": value_bytes,
-            "produce_s": round(elapsed, 2), "produce_rate": round(records / elapsed)}
+    return {
+        "records": records,
+        "keys": keys,
+        "value_bytes": value_bytes,
+        "produce_s": round(elapsed, 2),
+        "produce_rate": round(records / elapsed),
+    }
 
 
 def topic_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -256,7 +268,12 @@ def run_command(
         err.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
         err.flush()
         proc = subprocess.Popen(
-            list(cmd), stdout=subprocess.PIPE, stderr=err, text=True, cwd=cwd, env=full_env,
+            list(cmd),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=cwd,
+            env=full_env,
             start_new_session=True,
         )
         try:
@@ -281,23 +298,23 @@ def last_json_line(text: str) -> dict[str, Any]:
     return {}
 
 
-def alternate(
-    contenders: dict[str, Callable[[int], RunOutcome]], reps: int
-) -> list[RunOutcome]:
+def alternate(contenders: dict[str, Callable[[int], RunOutcome]], reps: int) -> list[RunOutcome]:
     """Run every contender ``reps`` times, alternating; the order rotates each repetition."""
     names = list(contenders)
     outcomes: list[RunOutcome] = []
     for rep in range(reps):
-        order = names[rep % len(names):] + names[: rep % len(names)]
+        order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
             log(f"  rep {rep + 1}/{reps}: {name}")
             try:
                 outcome = contenders[name](rep)
             except Exception as exc:  # noqa: BLE001 - a failed contender is recorded
                 outcome = RunOutcome(name, rep, float("nan"), False, error=repr(exc))
-            log(f"    -> {'ok' if outcome.ok else 'FAILED'} wall {outcome.wall_s:.2f}s "
+            log(
+                f"    -> {'ok' if outcome.ok else 'FAILED'} wall {outcome.wall_s:.2f}s "
                 f"{json.dumps(outcome.metrics, default=str)[:300]}"
-                + (f" error: {outcome.error[:300]}" if outcome.error else ""))
+                + (f" error: {outcome.error[:300]}" if outcome.error else "")
+            )
             outcomes.append(outcome)
     return outcomes
 
@@ -345,11 +362,20 @@ def ensure_environments() -> dict[str, str]:
     if not quix_python.exists():
         log("creating bench/.venvs/quix (python -m venv + pip install quixstreams)")
         try:
-            subprocess.run([sys.executable, "-m", "venv", str(QUIX_VENV)], check=True,
-                           capture_output=True, text=True, timeout=300)
-            subprocess.run([str(quix_python), "-m", "pip", "install", "--quiet",
-                            "quixstreams"], check=True, capture_output=True, text=True,
-                           timeout=900)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(QUIX_VENV)],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            subprocess.run(
+                [str(quix_python), "-m", "pip", "install", "--quiet", "quixstreams"],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         except (subprocess.SubprocessError, OSError) as exc:
             detail = getattr(exc, "stderr", "") or ""
             problems["quixstreams"] = f"{exc!r} {detail[-500:]}"
@@ -363,9 +389,22 @@ def ensure_environments() -> dict[str, str]:
     if not has_protobuf:
         log("installing protobuf into bench/.venvs/tws-extra (for transformWithStateInPandas)")
         try:
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target",
-                            str(tws_extra), "protobuf>=6.33.5,<7"], check=True,
-                           capture_output=True, text=True, timeout=900)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--target",
+                    str(tws_extra),
+                    "protobuf>=6.33.5,<7",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         except (subprocess.SubprocessError, OSError) as exc:
             detail = getattr(exc, "stderr", "") or ""
             problems["transformWithStateInPandas"] = f"{exc!r} {detail[-500:]}"

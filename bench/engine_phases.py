@@ -47,25 +47,42 @@ def main() -> None:
     sub = topology.subtopologies()[0]
     app = f"bench-engine-{uuid.uuid4().hex[:6]}"
     changelog = f"{app}-counts-changelog"
-    create_topics(args.bootstrap, [(changelog, args.partitions, {"cleanup.policy": "compact"})],
-                  exist_ok=False)
+    create_topics(
+        args.bootstrap,
+        [(changelog, args.partitions, {"cleanup.policy": "compact"})],
+        exist_ok=False,
+    )
     options = KafkaSourceOptions.from_options(
-        {"bootstrap.servers": args.bootstrap, "topics": args.topic})
+        {"bootstrap.servers": args.bootstrap, "topics": args.topic}
+    )
     ends = end_offsets(args.bootstrap, [(args.topic, p) for p in range(args.partitions)])
     tracker = DeliveryTracker(make_producer(args.bootstrap))
     collector = KafkaCollector(tracker, args.bootstrap)
     root = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     phases = dict.fromkeys(
-        ["read_range", "to_pandas", "input_records", "process_batch", "flush_changes",
-         "send_changes", "flush_and_check"], 0.0)
+        [
+            "read_range",
+            "to_pandas",
+            "input_records",
+            "process_batch",
+            "flush_changes",
+            "send_changes",
+            "flush_and_check",
+        ],
+        0.0,
+    )
     processed = 0
     ready = time.monotonic()
     for partition in range(args.partitions):
         task = Task(
-            subtopology=sub, partition=partition, store_builders=topology.store_builders,
-            store_factory=lambda b, ts, p=partition: b.build(state_dir=root / f"0_{p}",
-                                                              timestamp_fn=ts),
-            collector=collector, config=StreamsConfig.from_dict({"application_id": app}),
+            subtopology=sub,
+            partition=partition,
+            store_builders=topology.store_builders,
+            store_factory=lambda b, ts, p=partition: b.build(
+                state_dir=root / f"0_{p}", timestamp_fn=ts
+            ),
+            collector=collector,
+            config=StreamsConfig.from_dict({"application_id": app}),
         )
         task.initialize()
         position, end = 0, ends[(args.topic, partition)]
@@ -88,17 +105,23 @@ def main() -> None:
             t6 = time.perf_counter()
             tracker.flush_and_check(60)
             t7 = time.perf_counter()
-            for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5,
-                                          t7 - t6), strict=True):
+            for name, dt in zip(
+                phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6), strict=True
+            ):
                 phases[name] += dt
             position = stop
         task.close()
     done = time.monotonic()
-    print(json.dumps({
-        "records": processed, "loop_s": round(done - ready, 3),
-        "process_s": round(done - started, 3),
-        **{f"{k}_s": round(v, 3) for k, v in phases.items()},
-    }))
+    print(
+        json.dumps(
+            {
+                "records": processed,
+                "loop_s": round(done - ready, 3),
+                "process_s": round(done - started, 3),
+                **{f"{k}_s": round(v, 3) for k, v in phases.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

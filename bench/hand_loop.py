@@ -61,10 +61,17 @@ def main() -> None:
         keys += 1
         total += unpack(value)[0]
     db.close()
-    print(json.dumps({
-        "records": seen, "keys": keys, "sum_counts": total, "loop_s": round(loop_s, 3),
-        "process_s": round(time.monotonic() - started, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "records": seen,
+                "keys": keys,
+                "sum_counts": total,
+                "loop_s": round(loop_s, 3),
+                "process_s": round(time.monotonic() - started, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

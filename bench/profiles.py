@@ -36,8 +36,19 @@ def profile_command(cmd: Sequence[str], name: str, rate: int = 100) -> list[str]
         raise RuntimeError("py-spy is not installed (pip install -e '.[bench]')")
     RAW_DIR.mkdir(parents=True, exist_ok=True)
     out = RAW_DIR / f"{name}.txt"
-    return [spy, "record", "--subprocesses", "--rate", str(rate), "--format", "raw",
-            "-o", str(out), "--", *cmd]
+    return [
+        spy,
+        "record",
+        "--subprocesses",
+        "--rate",
+        str(rate),
+        "--format",
+        "raw",
+        "-o",
+        str(out),
+        "--",
+        *cmd,
+    ]
 
 
 def flamegraph(name: str) -> Path | None:
@@ -67,7 +78,7 @@ def _short(frame: str) -> str:
     func, path, _ = match.groups()
     for anchor in ("processor_api/", "pyspark/", "topologies/", "bench/", "site-packages/"):
         if anchor in path:
-            path = path[path.index(anchor) + (len(anchor) if anchor == "site-packages/" else 0):]
+            path = path[path.index(anchor) + (len(anchor) if anchor == "site-packages/" else 0) :]
             break
     else:
         path = Path(path).name

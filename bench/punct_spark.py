@@ -46,31 +46,46 @@ def intervals(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     names = list(INTERVALS)
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
             state_dir = tempfile.mkdtemp(prefix="bench-punct-spark-")
             app_id = f"bench-punct-{name.replace(' ', '')}-{rep}-{uuid.uuid4().hex[:6]}"
             settings = RunSettings(
-                bootstrap_servers=args.bootstrap, application_id=app_id, state_dir=state_dir,
-                master="local[2]", available_now=True, log_format="console",
+                bootstrap_servers=args.bootstrap,
+                application_id=app_id,
+                state_dir=state_dir,
+                master="local[2]",
+                available_now=True,
+                log_format="console",
             )
-            kwargs = {"input_topic": args.topic, "output_topic": f"{app_id}-out",
-                      "punctuate_interval_ms": INTERVALS[name]}
+            kwargs = {
+                "input_topic": args.topic,
+                "output_topic": f"{app_id}-out",
+                "punctuate_interval_ms": INTERVALS[name],
+            }
             started = time.monotonic()
-            runner = TopologyRunner("topologies.product_count:build_topology", settings,
-                                    topology_kwargs=kwargs, spark=spark)
+            runner = TopologyRunner(
+                "topologies.product_count:build_topology",
+                settings,
+                topology_kwargs=kwargs,
+                spark=spark,
+            )
             error = None
             try:
                 result = runner.run()
             except Exception as exc:  # noqa: BLE001 - recorded
                 error, result = repr(exc)[:500], None
             wall = time.monotonic() - started
-            run = {"variant": name, "rep": rep, "wall_s": wall,
-                   "records": result.records if result else None,
-                   "outputs": result.outputs if result else None,
-                   "changelog_records": result.changelog_records if result else None,
-                   "batches": result.batches if result else None,
-                   "ok": error is None and result is not None and result.records == args.records,
-                   "error": error}
+            run = {
+                "variant": name,
+                "rep": rep,
+                "wall_s": wall,
+                "records": result.records if result else None,
+                "outputs": result.outputs if result else None,
+                "changelog_records": result.changelog_records if result else None,
+                "batches": result.batches if result else None,
+                "ok": error is None and result is not None and result.records == args.records,
+                "error": error,
+            }
             print(json.dumps(run), flush=True)
             runs.append(run)
     spark.stop()
@@ -80,24 +95,32 @@ def intervals(args: argparse.Namespace) -> dict[str, Any]:
         outputs = [r["outputs"] for r in runs if r["variant"] == name and r["ok"]]
         med = statistics.median(walls) if walls else None
         summary[name] = {
-            "interval_ms": INTERVALS[name], "ok": len(walls),
-            "wall_s_median": med, "records_per_s_median": args.records / med if med else None,
+            "interval_ms": INTERVALS[name],
+            "ok": len(walls),
+            "wall_s_median": med,
+            "records_per_s_median": args.records / med if med else None,
             "outputs_median": statistics.median(outputs) if outputs else None,
         }
     base = summary["none"]["records_per_s_median"]
     for name in names:
         rate = summary[name]["records_per_s_median"]
         summary[name]["ratio_vs_none"] = rate / base if rate and base else None
-    return {"records": args.records, "topic": args.topic, "reps": args.reps, "runs": runs,
-            "summary": summary,
-            "note": "wall time of TopologyRunner.run() on a running SparkSession (local[2])"}
+    return {
+        "records": args.records,
+        "topic": args.topic,
+        "reps": args.reps,
+        "runs": runs,
+        "summary": summary,
+        "note": "wall time of TopologyRunner.run() on a running SparkSession (local[2])",
+    }
 
 
 def _produce_steadily(bootstrap: str, topic: str, rate: int, stop: threading.Event) -> int:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                         "partitioner": "murmur2_random"})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "partitioner": "murmur2_random"}
+    )
     sent = 0
     started = time.monotonic()
     while not stop.is_set():
@@ -117,8 +140,13 @@ def _read_all(bootstrap: str, topic: str) -> list[dict]:
     from processor_api.kafka.offsets import end_offsets
 
     ends = end_offsets(bootstrap, [(topic, p) for p in range(3)])
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lag-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lag-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
     out = []
     remaining = sum(ends.values())
@@ -140,26 +168,36 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     variants = ["idle", "with input"]
     for rep in range(args.reps):
-        for name in variants[rep % 2:] + variants[: rep % 2]:
+        for name in variants[rep % 2 :] + variants[: rep % 2]:
             tag = f"{'idle' if name == 'idle' else 'input'}-{rep}-{uuid.uuid4().hex[:6]}"
             input_topic, output_topic = f"bench-lag-in-{tag}", f"bench-lag-out-{tag}"
             create_topics(args.bootstrap, [(input_topic, 3), (output_topic, 3)], exist_ok=False)
             settings = RunSettings(
-                bootstrap_servers=args.bootstrap, application_id=f"bench-lag-{tag}",
-                state_dir=tempfile.mkdtemp(prefix="bench-lag-"), master="local[2]",
-                trigger_interval_s=1.0, log_format="console",
+                bootstrap_servers=args.bootstrap,
+                application_id=f"bench-lag-{tag}",
+                state_dir=tempfile.mkdtemp(prefix="bench-lag-"),
+                master="local[2]",
+                trigger_interval_s=1.0,
+                log_format="console",
             )
             runner = TopologyRunner(
-                "bench.punct_topologies:build_lag_probe", settings, spark=spark,
-                topology_kwargs={"input_topic": input_topic, "output_topic": output_topic,
-                                 "interval_ms": 1000},
+                "bench.punct_topologies:build_lag_probe",
+                settings,
+                spark=spark,
+                topology_kwargs={
+                    "input_topic": input_topic,
+                    "output_topic": output_topic,
+                    "interval_ms": 1000,
+                },
             )
             stop_producing = threading.Event()
             producer = None
             if name == "with input":
                 producer = threading.Thread(
                     target=_produce_steadily,
-                    args=(args.bootstrap, input_topic, args.rate, stop_producing), daemon=True)
+                    args=(args.bootstrap, input_topic, args.rate, stop_producing),
+                    daemon=True,
+                )
                 producer.start()
             timer = threading.Timer(args.seconds, runner.request_stop)
             timer.start()
@@ -177,10 +215,16 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
             for row in sorted(fired, key=lambda r: r["fire_ms"]):
                 first_fire.setdefault(row["task"], row["fire_ms"])
             steady = [r["lag_ms"] for r in fired if r["due_ms"] >= first_fire[r["task"]]]
-            run = {"variant": name, "rep": rep, "seconds": args.seconds,
-                   "records": result.records if result else None,
-                   "punctuations": len(fired), "lags_ms": [r["lag_ms"] for r in fired],
-                   "steady_lags_ms": steady, "error": error}
+            run = {
+                "variant": name,
+                "rep": rep,
+                "seconds": args.seconds,
+                "records": result.records if result else None,
+                "punctuations": len(fired),
+                "lags_ms": [r["lag_ms"] for r in fired],
+                "steady_lags_ms": steady,
+                "error": error,
+            }
             print(json.dumps({k: v for k, v in run.items() if "lags" not in k}), flush=True)
             runs.append(run)
     spark.stop()
@@ -195,15 +239,26 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
             return values[min(len(values) - 1, int(q * len(values)))]
 
         summary[name] = {
-            "punctuations": len(all_lags), "steady_punctuations": len(lags),
-            "p50_ms": pct(lags, 0.5), "p90_ms": pct(lags, 0.9), "p99_ms": pct(lags, 0.99),
-            "max_ms": lags[-1] if lags else None, "min_ms": lags[0] if lags else None,
+            "punctuations": len(all_lags),
+            "steady_punctuations": len(lags),
+            "p50_ms": pct(lags, 0.5),
+            "p90_ms": pct(lags, 0.9),
+            "p99_ms": pct(lags, 0.99),
+            "max_ms": lags[-1] if lags else None,
+            "min_ms": lags[0] if lags else None,
             "max_incl_warmup_ms": all_lags[-1] if all_lags else None,
         }
-    return {"seconds": args.seconds, "reps": args.reps, "rate_records_per_s": args.rate,
-            "interval_ms": 1000, "trigger_interval_s": 1.0, "runs": runs, "summary": summary,
-            "note": "steady = punctuations due at or after the task's first firing "
-                    "(excludes the catch-up firing of the query's start-up)"}
+    return {
+        "seconds": args.seconds,
+        "reps": args.reps,
+        "rate_records_per_s": args.rate,
+        "interval_ms": 1000,
+        "trigger_interval_s": 1.0,
+        "runs": runs,
+        "summary": summary,
+        "note": "steady = punctuations due at or after the task's first firing "
+        "(excludes the catch-up firing of the query's start-up)",
+    }
 
 
 def main() -> None:

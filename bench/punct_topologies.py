@@ -80,16 +80,28 @@ class LagProbe(Processor):
     def on_wall_clock(self, timestamp: int) -> None:
         fire_ms = time.time_ns() // 1_000_000
         due = self.store.get(self.NEXT_DUE)
-        self.context.forward(Record(self.context.task_id, {
-            "task": self.context.task_id, "due_ms": due, "fire_ms": fire_ms,
-            "now_ms": timestamp, "lag_ms": fire_ms - due,
-        }, timestamp))
+        self.context.forward(
+            Record(
+                self.context.task_id,
+                {
+                    "task": self.context.task_id,
+                    "due_ms": due,
+                    "fire_ms": fire_ms,
+                    "now_ms": timestamp,
+                    "lag_ms": fire_ms - due,
+                },
+                timestamp,
+            )
+        )
         self.store.put(self.NEXT_DUE, next_due_after(due, self.interval_ms, timestamp))
 
 
 def build_lag_probe(
-    *, input_topic: str = "lag-input", output_topic: str = "lag-output",
-    interval_ms: int = 1000, store_name: str = "probe",
+    *,
+    input_topic: str = "lag-input",
+    output_topic: str = "lag-output",
+    interval_ms: int = 1000,
+    store_name: str = "probe",
 ) -> Topology:
     store = Stores.key_value_store_builder(
         Stores.persistent_key_value_store(store_name), Serdes.string(), Serdes.long()
@@ -99,6 +111,7 @@ def build_lag_probe(
         .add_source("SOURCE", input_topic, key_serde=Serdes.string(), value_serde=Serdes.bytes())
         .add_processor("PROBE", lambda: LagProbe(interval_ms, store_name), "SOURCE")
         .add_state_store(store, "PROBE")
-        .add_sink("SINK", output_topic, "PROBE", key_serde=Serdes.string(),
-                  value_serde=Serdes.json())
+        .add_sink(
+            "SINK", output_topic, "PROBE", key_serde=Serdes.string(), value_serde=Serdes.json()
+        )
     )

@@ -67,7 +67,10 @@ def _fill(task: Task, store: str, size: int) -> None:
     chunk = 100_000
     for start in range(0, size, chunk):
         inner.put_all(
-            [(b"key-%07d" % i, _LONG.pack(i % 97 + 1)) for i in range(start, min(size, start + chunk))]
+            [
+                (b"key-%07d" % i, _LONG.pack(i % 97 + 1))
+                for i in range(start, min(size, start + chunk))
+            ]
         )
     inner.flush()
 
@@ -96,8 +99,9 @@ def _kafka_collector(bootstrap: str) -> Any:
     return KafkaCollector(DeliveryTracker(make_producer(bootstrap)), bootstrap)
 
 
-def _cost_for_size(topology: Topology, size: int, reps: int,
-                   bootstrap: str | None = None) -> dict[str, Any]:
+def _cost_for_size(
+    topology: Topology, size: int, reps: int, bootstrap: str | None = None
+) -> dict[str, Any]:
     log(f"punctuation cost: store of {size} keys")
     root = Path(tempfile.mkdtemp(prefix="bench-punct-"))
     collector = CountingCollector()
@@ -159,14 +163,13 @@ def _cost_for_size(topology: Topology, size: int, reps: int,
         samples["rocksdb_scan"].append(time.perf_counter() - started)
         return n
 
-    parts = [("punctuation", punctuation), ("store_all", store_all),
-             ("rocksdb_scan", rocksdb_scan)]
+    parts = [("punctuation", punctuation), ("store_all", store_all), ("rocksdb_scan", rocksdb_scan)]
     if kafka is not None:
         parts.append(("punctuation_to_kafka", punctuation_to_kafka))
     punctuation()  # warm-up: block cache, first firing
     samples["punctuation"].clear()
     for rep in range(reps):
-        for name, fn in parts[rep % len(parts):] + parts[: rep % len(parts)]:
+        for name, fn in parts[rep % len(parts) :] + parts[: rep % len(parts)]:
             gc.collect()
             entries[name] = fn()
     task.close()
@@ -175,21 +178,30 @@ def _cost_for_size(topology: Topology, size: int, reps: int,
     for name, values in samples.items():
         s = stats(values)
         size_result[name] = {
-            "seconds": s, "entries": entries[name], "samples_s": values,
+            "seconds": s,
+            "entries": entries[name],
+            "samples_s": values,
             "entries_per_s_median": entries[name] / s["median"] if s["median"] else None,
         }
     if kafka is not None:
         kafka.tracker.producer.flush(30)
-        log(f"  into Kafka {size_result['punctuation_to_kafka']['entries_per_s_median']:.0f}"
-            " entries/s")
-    log(f"  punctuation {size_result['punctuation']['entries_per_s_median']:.0f} entries/s, "
+        log(
+            f"  into Kafka {size_result['punctuation_to_kafka']['entries_per_s_median']:.0f}"
+            " entries/s"
+        )
+    log(
+        f"  punctuation {size_result['punctuation']['entries_per_s_median']:.0f} entries/s, "
         f"store.all {size_result['store_all']['entries_per_s_median']:.0f}/s, "
-        f"rocksdb scan {size_result['rocksdb_scan']['entries_per_s_median']:.0f}/s")
+        f"rocksdb scan {size_result['rocksdb_scan']['entries_per_s_median']:.0f}/s"
+    )
     return size_result
 
 
-def punctuation_cost(sizes: list[int], reps: int, bootstrap: str | None = None,
-                     ) -> dict[str, Any]:
+def punctuation_cost(
+    sizes: list[int],
+    reps: int,
+    bootstrap: str | None = None,
+) -> dict[str, Any]:
     """Seconds and entries/s of one product-count punctuation over stores of ``sizes`` keys.
 
     With ``bootstrap``, also into Kafka (``punctuation_to_kafka``: produced and acknowledged).
@@ -205,19 +217,29 @@ def punctuation_cost(sizes: list[int], reps: int, bootstrap: str | None = None,
             create_topics(bootstrap, [(output_topic, 1, {})], exist_ok=False)
         topology = build_topology(punctuate_interval_ms=1000, output_topic=output_topic)
         results[str(size)] = _cost_for_size(topology, size, reps, bootstrap)
-    return {"sizes": sizes, "reps": reps, "by_size": results,
-            "topology": "topologies.product_count:build_topology(punctuate_interval_ms=1000)"
-                        " (forward_all)",
-            "collector": "The collector counts the records and keeps none (as a producer does); "
-                         "'into Kafka': a KafkaCollector producing to the embedded broker, timed "
-                         "until every record is acknowledged"}
+    return {
+        "sizes": sizes,
+        "reps": reps,
+        "by_size": results,
+        "topology": "topologies.product_count:build_topology(punctuate_interval_ms=1000)"
+        " (forward_all)",
+        "collector": "The collector counts the records and keeps none (as a producer does); "
+        "'into Kafka': a KafkaCollector producing to the embedded broker, timed "
+        "until every record is acknowledged",
+    }
 
 
 # -------------------------------------------------------------------- per-record check cost
 def _records(n: int, keys: int = 10_000) -> list[InputRecord]:
     return [
-        InputRecord("count-input", 0, i, BASE_TIMESTAMP_MS + i // RECORDS_PER_MS,
-                    key_for(i, keys), b"v" * 32)
+        InputRecord(
+            "count-input",
+            0,
+            i,
+            BASE_TIMESTAMP_MS + i // RECORDS_PER_MS,
+            key_for(i, keys),
+            b"v" * 32,
+        )
         for i in range(n)
     ]
 
@@ -237,7 +259,7 @@ def check_overhead(records: int, reps: int) -> dict[str, Any]:
     samples: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for rep in range(reps):
-        for name in names[rep % 3:] + names[: rep % 3]:
+        for name in names[rep % 3 :] + names[: rep % 3]:
             root = Path(tempfile.mkdtemp(prefix="bench-check-"))
             task = make_task(variants[name](), root / "0_0", ListCollector())
             task.process_batch(batch[:1000])  # warm-up (the first record fires the schedules)
@@ -253,7 +275,7 @@ def check_overhead(records: int, reps: int) -> dict[str, Any]:
     direct: dict[str, Any] = {}
     for count, name in ((0, "0 schedules"), (1, "1 schedule"), (10, "10 schedules")):
         root = Path(tempfile.mkdtemp(prefix="bench-check-"))
-        topology = (build_check_overhead(schedules=count) if count else build_topology())
+        topology = build_check_overhead(schedules=count) if count else build_topology()
         task = make_task(topology, root / "0_0", ListCollector())
         task.process_batch(batch[:10])
         loops = 1_000_000
@@ -270,12 +292,11 @@ def check_overhead(records: int, reps: int) -> dict[str, Any]:
     per_record = {name: stats(v) for name, v in samples.items()}
     base = per_record["0 schedules"]["median"]
     return {
-        "records": records, "reps": reps,
+        "records": records,
+        "reps": reps,
         "per_record_s": per_record,
         "samples_per_record_s": samples,
-        "overhead_ns_vs_0": {
-            name: (s["median"] - base) * 1e9 for name, s in per_record.items()
-        },
+        "overhead_ns_vs_0": {name: (s["median"] - base) * 1e9 for name, s in per_record.items()},
         "check_call_ns": direct,
         "topologies": "topologies.count_per_key (0), bench.punct_topologies:build_check_overhead",
     }
@@ -283,21 +304,56 @@ def check_overhead(records: int, reps: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- Spark (e2e)
 def spark_intervals(broker: Broker, topic: str, records: int, reps: int) -> dict[str, Any]:
-    cmd = [PYTHON, "-m", "bench.punct_spark", "intervals", "--bootstrap", broker.bootstrap,
-           "--topic", topic, "--records", str(records), "--reps", str(reps)]
-    wall, code, out, log_path = run_command(cmd, label="punctuation-intervals",
-                                            timeout_s=3600)
+    cmd = [
+        PYTHON,
+        "-m",
+        "bench.punct_spark",
+        "intervals",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        topic,
+        "--records",
+        str(records),
+        "--reps",
+        str(reps),
+    ]
+    wall, code, out, log_path = run_command(cmd, label="punctuation-intervals", timeout_s=3600)
     result = last_json_line(out)
-    result.update({"exit_code": code, "log": str(log_path), "wall_s": wall,
-                   "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP")})
+    result.update(
+        {
+            "exit_code": code,
+            "log": str(log_path),
+            "wall_s": wall,
+            "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP"),
+        }
+    )
     return result
 
 
 def spark_lag(broker: Broker, seconds: float, reps: int, rate: int) -> dict[str, Any]:
-    cmd = [PYTHON, "-m", "bench.punct_spark", "lag", "--bootstrap", broker.bootstrap,
-           "--seconds", str(seconds), "--reps", str(reps), "--rate", str(rate)]
+    cmd = [
+        PYTHON,
+        "-m",
+        "bench.punct_spark",
+        "lag",
+        "--bootstrap",
+        broker.bootstrap,
+        "--seconds",
+        str(seconds),
+        "--reps",
+        str(reps),
+        "--rate",
+        str(rate),
+    ]
     wall, code, out, log_path = run_command(cmd, label="punctuation-lag", timeout_s=3600)
     result = last_json_line(out)
-    result.update({"exit_code": code, "log": str(log_path), "wall_s": wall,
-                   "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP")})
+    result.update(
+        {
+            "exit_code": code,
+            "log": str(log_path),
+            "wall_s": wall,
+            "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP"),
+        }
+    )
     return result

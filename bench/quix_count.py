@@ -28,8 +28,12 @@ def main() -> None:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="stop after this many seconds without new messages")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="stop after this many seconds without new messages",
+    )
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -62,12 +66,17 @@ def main() -> None:
     app.run(count=args.records, timeout=args.timeout, collect=False)
     done = time.monotonic()
     first = processed["first"] or done
-    print(json.dumps({
-        "records": processed["n"], "run_s": round(done - run_started, 3),
-        "first_record_after_s": round(first - run_started, 3),
-        "steady_records_per_s": round(processed["n"] / max(done - first, 1e-9)),
-        "process_s": round(done - started, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "records": processed["n"],
+                "run_s": round(done - run_started, 3),
+                "first_record_after_s": round(first - run_started, 3),
+                "steady_records_per_s": round(processed["n"] / max(done - first, 1e-9)),
+                "process_s": round(done - started, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -71,20 +71,29 @@ def _throughput(data: dict, mode: str, out: list[str], targets: list[dict]) -> N
     ]
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4.8))
-    sizes = sorted(data["sizes"].values(),
-                   key=lambda s: (s["records"], bool(s.get("from_file"))))
+    sizes = sorted(data["sizes"].values(), key=lambda s: (s["records"], bool(s.get("from_file"))))
     names = list(dict.fromkeys(n for s in sizes for n in s["summary"]))
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         rates = [s["summary"].get(name, {}).get("records_per_s_median") or 0 for s in sizes]
         xs = [j + i * width for j in range(len(sizes))]
         bars = ax.bar(xs, rates, width, label=name)
-        ax.bar_label(bars, labels=[f"{r:,.0f}" if r else "" for r in rates], fontsize=6,
-                     rotation=90, padding=2)
+        ax.bar_label(
+            bars,
+            labels=[f"{r:,.0f}" if r else "" for r in rates],
+            fontsize=6,
+            rotation=90,
+            padding=2,
+        )
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(sizes))])
-    ax.set_xticklabels([f"{s['records']:,} records"
-                        + (f"\n({Path(s['from_file']).stem})" if s.get("from_file") else "")
-                        for s in sizes], fontsize=8)
+    ax.set_xticklabels(
+        [
+            f"{s['records']:,} records"
+            + (f"\n({Path(s['from_file']).stem})" if s.get("from_file") else "")
+            for s in sizes
+        ],
+        fontsize=8,
+    )
     ax.set_ylabel("records/s (end to end, median)")
     ax.set_yscale("log")
     ax.set_title("Count per key: end-to-end throughput (start-up included)")
@@ -110,28 +119,42 @@ def _throughput(data: dict, mode: str, out: list[str], targets: list[dict]) -> N
         hand = size["summary"].get("hand_loop", {}).get("wall_s", {}).get("median")
         pa_wall = pa.get("wall_s", {}).get("median")
         if size.get("from_file"):
-            out.append(f"| | *(rows above: separate run, `{size['from_file']}`: "
-                       f"`{size.get('command')}`)* | | | | |")
-        elif records in (2_000_000,) or (mode == "quick" and records == max(
-                s["records"] for s in sizes)):
+            out.append(
+                f"| | *(rows above: separate run, `{size['from_file']}`: "
+                f"`{size.get('command')}`)* | | | | |"
+            )
+        elif records in (2_000_000,) or (
+            mode == "quick" and records == max(s["records"] for s in sizes)
+        ):
             scope = "" if records == 2_000_000 else f" (indicative: {records:,} records, quick)"
-            targets.append({
-                "target": f"end-to-end time <= hand-written loop's at 2M records{scope}",
-                "measured": f"processor_api {_fmt(pa_wall, 1)} s vs hand loop {_fmt(hand, 1)} s"
-                            f" -> hand/processor_api = {_fmt((hand or 0) / pa_wall, 3) if pa_wall else 'n/a'}",
-                "met": bool(pa_wall and hand and pa_wall <= hand),
-            })
-            targets.append({
-                "target": f"throughput >= 1.5x Quix Streams{scope}",
-                "measured": f"{_fmt(quix, 2)}x", "met": bool(quix and quix >= 1.5),
-            })
-            targets.append({
-                "target": f"throughput >= 2x transformWithStateInPandas{scope}",
-                "measured": f"{_fmt(tws, 2)}x", "met": bool(tws and tws >= 2.0),
-            })
+            targets.append(
+                {
+                    "target": f"end-to-end time <= hand-written loop's at 2M records{scope}",
+                    "measured": f"processor_api {_fmt(pa_wall, 1)} s vs hand loop {_fmt(hand, 1)} s"
+                    f" -> hand/processor_api = {_fmt((hand or 0) / pa_wall, 3) if pa_wall else 'n/a'}",
+                    "met": bool(pa_wall and hand and pa_wall <= hand),
+                }
+            )
+            targets.append(
+                {
+                    "target": f"throughput >= 1.5x Quix Streams{scope}",
+                    "measured": f"{_fmt(quix, 2)}x",
+                    "met": bool(quix and quix >= 1.5),
+                }
+            )
+            targets.append(
+                {
+                    "target": f"throughput >= 2x transformWithStateInPandas{scope}",
+                    "measured": f"{_fmt(tws, 2)}x",
+                    "met": bool(tws and tws >= 2.0),
+                }
+            )
     out += ["", "![throughput](results/throughput.png)", ""]
-    out += ["Per-run details (phase times of processor_api from its own log, Quix Streams' time",
-            "to its first record, transformWithStateInPandas' session vs query time):", ""]
+    out += [
+        "Per-run details (phase times of processor_api from its own log, Quix Streams' time",
+        "to its first record, transformWithStateInPandas' session vs query time):",
+        "",
+    ]
     out += ["| records | contender | rep | wall s | details |", "|---:|---|---:|---:|---|"]
     for size in sizes:
         for run in size["runs"]:
@@ -139,8 +162,10 @@ def _throughput(data: dict, mode: str, out: list[str], targets: list[dict]) -> N
             text = ", ".join(f"{k}={v}" for k, v in details.items())
             if run.get("error"):
                 text += f" ERROR: {run['error'][:120]}"
-            out.append(f"| {size['records']:,} | {run['contender']} | {run['rep'] + 1} | "
-                       f"{_fmt(run['wall_s'], 1)} | {text} |")
+            out.append(
+                f"| {size['records']:,} | {run['contender']} | {run['rep'] + 1} | "
+                f"{_fmt(run['wall_s'], 1)} | {text} |"
+            )
     out += ["", "Commands (BOOTSTRAP = the embedded broker of the run):", ""]
     for size in sizes:
         for name, cmd in size["commands"].items():
@@ -151,22 +176,29 @@ def _throughput(data: dict, mode: str, out: list[str], targets: list[dict]) -> N
 def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> None:
     plt = _plt()
     cost = data["cost_vs_store_size"]
-    out += [f"## 2. Punctuation ({mode} run)", "",
-            f"Command: `{data['command']}` (`{data['make_target']}`), started "
-            f"{data['started_at']}.", "",
-            "### 2a. One punctuation versus store size (in-process, no Spark)", "",
-            "Seed 003's product count (`topologies.product_count`, its punctuator calls "
-            "`context.forward_all(store.all(), timestamp)`), a `Task` and a real RocksDB store "
-            "(change logging on) filled with N keys; a record at the next grid point fires the "
-            "punctuation, which forwards every entry to the sink (serialized, handed to the "
-            f"collector). {cost.get('collector', 'ListCollector')}. Median of "
-            f"{cost['reps']} repetitions, alternating with its parts: `store.all()` (typed "
-            "iteration only) and a raw RocksDB scan.", ""]
+    out += [
+        f"## 2. Punctuation ({mode} run)",
+        "",
+        f"Command: `{data['command']}` (`{data['make_target']}`), started {data['started_at']}.",
+        "",
+        "### 2a. One punctuation versus store size (in-process, no Spark)",
+        "",
+        "Seed 003's product count (`topologies.product_count`, its punctuator calls "
+        "`context.forward_all(store.all(), timestamp)`), a `Task` and a real RocksDB store "
+        "(change logging on) filled with N keys; a record at the next grid point fires the "
+        "punctuation, which forwards every entry to the sink (serialized, handed to the "
+        f"collector). {cost.get('collector', 'ListCollector')}. Median of "
+        f"{cost['reps']} repetitions, alternating with its parts: `store.all()` (typed "
+        "iteration only) and a raw RocksDB scan.",
+        "",
+    ]
     kafka = any("punctuation_to_kafka" in r for r in cost["by_size"].values())
-    out += ["| store keys | punctuation s | punctuation entries/s | "
-            + ("into Kafka entries/s | " if kafka else "")
-            + "store.all() entries/s | raw RocksDB scan entries/s |",
-            "|---:|---:|---:|" + ("---:|" if kafka else "") + "---:|---:|"]
+    out += [
+        "| store keys | punctuation s | punctuation entries/s | "
+        + ("into Kafka entries/s | " if kafka else "")
+        + "store.all() entries/s | raw RocksDB scan entries/s |",
+        "|---:|---:|---:|" + ("---:|" if kafka else "") + "---:|---:|",
+    ]
     xs, ys, ys_all, ys_raw, ys_kafka = [], [], [], [], []
     for size, r in cost["by_size"].items():
         xs.append(int(size))
@@ -175,15 +207,17 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
         ys_raw.append(r["rocksdb_scan"]["entries_per_s_median"])
         to_kafka = r.get("punctuation_to_kafka", {}).get("entries_per_s_median")
         ys_kafka.append(to_kafka)
-        out.append(f"| {int(size):,} | {_fmt(r['punctuation']['seconds']['median'], 3)} | "
-                   f"{_fmt(ys[-1])} | " + (f"{_fmt(to_kafka)} | " if kafka else "")
-                   + f"{_fmt(ys_all[-1])} | {_fmt(ys_raw[-1])} |")
+        out.append(
+            f"| {int(size):,} | {_fmt(r['punctuation']['seconds']['median'], 3)} | "
+            f"{_fmt(ys[-1])} | "
+            + (f"{_fmt(to_kafka)} | " if kafka else "")
+            + f"{_fmt(ys_all[-1])} | {_fmt(ys_raw[-1])} |"
+        )
     secs = [cost["by_size"][str(x)]["punctuation"]["seconds"]["median"] for x in xs]
     fig, (left, ax) = plt.subplots(1, 2, figsize=(11, 4))
     left.plot(xs, secs, "o-")
     for x, y in zip(xs, secs, strict=True):
-        left.annotate(f"{y:.3g} s", (x, y), textcoords="offset points", xytext=(4, -12),
-                      fontsize=8)
+        left.annotate(f"{y:.3g} s", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("store keys")
@@ -207,24 +241,34 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
     largest = str(max(xs))
     rate = cost["by_size"][largest]["punctuation"]["entries_per_s_median"]
     scope = "" if int(largest) >= 1_000_000 else f" (indicative: {int(largest):,} keys, quick)"
-    targets.append({"target": f"punctuation over a 1M-key store forwards >= 1M entries/s{scope}",
-                    "measured": f"{_fmt(rate)} entries/s ({_fmt(rate / 1e6, 2)}x)",
-                    "met": rate >= 1_000_000})
+    targets.append(
+        {
+            "target": f"punctuation over a 1M-key store forwards >= 1M entries/s{scope}",
+            "measured": f"{_fmt(rate)} entries/s ({_fmt(rate / 1e6, 2)}x)",
+            "met": rate >= 1_000_000,
+        }
+    )
     out += ["", "![punctuation cost](results/punctuation_cost.png)", ""]
 
     check = data["check_overhead"]
-    out += ["### 2b. Per-record overhead of stream-time punctuation checks (in-process)", "",
-            f"Count per key over {check['records']:,} records (10,000 keys, RocksDB, change "
-            "logging), with 0, 1 and 10 STREAM_TIME schedules that are never due after the "
-            f"first record; median of {check['reps']} alternating repetitions. The second "
-            "table times `Task.maybe_punctuate_stream_time()` alone (1,000,000 calls, nothing "
-            "due): the differential figure is within the noise of a shared machine, the "
-            "direct one is not.", "",
-            "| schedules | µs per record (median, min-max) | overhead vs 0 schedules, ns/record |",
-            "|---|---:|---:|"]
+    out += [
+        "### 2b. Per-record overhead of stream-time punctuation checks (in-process)",
+        "",
+        f"Count per key over {check['records']:,} records (10,000 keys, RocksDB, change "
+        "logging), with 0, 1 and 10 STREAM_TIME schedules that are never due after the "
+        f"first record; median of {check['reps']} alternating repetitions. The second "
+        "table times `Task.maybe_punctuate_stream_time()` alone (1,000,000 calls, nothing "
+        "due): the differential figure is within the noise of a shared machine, the "
+        "direct one is not.",
+        "",
+        "| schedules | µs per record (median, min-max) | overhead vs 0 schedules, ns/record |",
+        "|---|---:|---:|",
+    ]
     for name, s in check["per_record_s"].items():
-        out.append(f"| {name} | {_fmt(s['median'] * 1e6, 2)} ({_fmt(s['min'] * 1e6, 2)}-"
-                   f"{_fmt(s['max'] * 1e6, 2)}) | {_fmt(check['overhead_ns_vs_0'][name])} |")
+        out.append(
+            f"| {name} | {_fmt(s['median'] * 1e6, 2)} ({_fmt(s['min'] * 1e6, 2)}-"
+            f"{_fmt(s['max'] * 1e6, 2)}) | {_fmt(check['overhead_ns_vs_0'][name])} |"
+        )
     out += ["", "| schedules | ns per check call (median) |", "|---|---:|"]
     for name, s in check["check_call_ns"].items():
         out.append(f"| {name} | {_fmt(s['median'])} |")
@@ -233,21 +277,27 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
     intervals = data.get("spark_intervals") or {}
     out += ["### 2c. Records per second with and without punctuation (Spark)", ""]
     if intervals.get("summary"):
-        out += [f"Seed 003's product count over {intervals['records']:,} records (10,000 keys, "
-                "3 partitions, 10 records per ms of stream time, so the input spans "
-                f"{intervals['records'] // 10_000} s of stream time), `TopologyRunner.run()` "
-                "with available-now on one running SparkSession (`local[2]`), alternating, "
-                f"median of {intervals['reps']}. `none` = interval 10^12 ms (fires once, on "
-                f"the first record). Command: `{intervals.get('command')}`.", "",
-                "| punctuation interval | median wall s | records/s | rate vs none | "
-                "records forwarded by punctuations (median) |", "|---|---:|---:|---:|---:|"]
+        out += [
+            f"Seed 003's product count over {intervals['records']:,} records (10,000 keys, "
+            "3 partitions, 10 records per ms of stream time, so the input spans "
+            f"{intervals['records'] // 10_000} s of stream time), `TopologyRunner.run()` "
+            "with available-now on one running SparkSession (`local[2]`), alternating, "
+            f"median of {intervals['reps']}. `none` = interval 10^12 ms (fires once, on "
+            f"the first record). Command: `{intervals.get('command')}`.",
+            "",
+            "| punctuation interval | median wall s | records/s | rate vs none | "
+            "records forwarded by punctuations (median) |",
+            "|---|---:|---:|---:|---:|",
+        ]
         names, rates = [], []
         for name, s in intervals["summary"].items():
             names.append(name)
             rates.append(s["records_per_s_median"] or 0)
-            out.append(f"| {name} | {_fmt(s['wall_s_median'], 1)} | "
-                       f"{_fmt(s['records_per_s_median'])} | {_fmt(s['ratio_vs_none'], 2)} | "
-                       f"{_fmt(s['outputs_median'])} |")
+            out.append(
+                f"| {name} | {_fmt(s['wall_s_median'], 1)} | "
+                f"{_fmt(s['records_per_s_median'])} | {_fmt(s['ratio_vs_none'], 2)} | "
+                f"{_fmt(s['outputs_median'])} |"
+            )
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.bar(names, rates)
         ax.set_ylabel("records/s (median)")
@@ -262,22 +312,29 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
     lag = data.get("spark_wall_clock_lag") or {}
     out += ["### 2d. Wall-clock punctuation lag (Spark)", ""]
     if lag.get("summary"):
-        out += ["`bench.punct_topologies:build_lag_probe`: a WALL_CLOCK_TIME punctuation every "
-                f"{lag['interval_ms']} ms, trigger interval {lag['trigger_interval_s']} s, "
-                f"{lag['seconds']} s per run, idle (no input) or with {lag['rate_records_per_s']}"
-                f" records/s produced during the run; {lag['reps']} runs each, alternating. Lag "
-                "= wall clock when the punctuator runs minus its due time on the grid. "
-                f"{lag['note']}. Command: `{lag.get('command')}`.", "",
-                "| input | punctuations (steady) | p50 ms | p90 ms | p99 ms | max ms | "
-                "max incl. start-up ms |", "|---|---:|---:|---:|---:|---:|---:|"]
+        out += [
+            "`bench.punct_topologies:build_lag_probe`: a WALL_CLOCK_TIME punctuation every "
+            f"{lag['interval_ms']} ms, trigger interval {lag['trigger_interval_s']} s, "
+            f"{lag['seconds']} s per run, idle (no input) or with {lag['rate_records_per_s']}"
+            f" records/s produced during the run; {lag['reps']} runs each, alternating. Lag "
+            "= wall clock when the punctuator runs minus its due time on the grid. "
+            f"{lag['note']}. Command: `{lag.get('command')}`.",
+            "",
+            "| input | punctuations (steady) | p50 ms | p90 ms | p99 ms | max ms | "
+            "max incl. start-up ms |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for name, s in lag["summary"].items():
-            out.append(f"| {name} | {s['punctuations']} ({s['steady_punctuations']}) | "
-                       f"{_fmt(s['p50_ms'])} | {_fmt(s['p90_ms'])} | {_fmt(s['p99_ms'])} | "
-                       f"{_fmt(s['max_ms'])} | {_fmt(s['max_incl_warmup_ms'])} |")
+            out.append(
+                f"| {name} | {s['punctuations']} ({s['steady_punctuations']}) | "
+                f"{_fmt(s['p50_ms'])} | {_fmt(s['p90_ms'])} | {_fmt(s['p99_ms'])} | "
+                f"{_fmt(s['max_ms'])} | {_fmt(s['max_incl_warmup_ms'])} |"
+            )
         fig, ax = plt.subplots(figsize=(7, 4))
         for name in lag["summary"]:
-            values = sorted(x for r in lag["runs"] if r["variant"] == name
-                            for x in r["steady_lags_ms"])
+            values = sorted(
+                x for r in lag["runs"] if r["variant"] == name for x in r["steady_lags_ms"]
+            )
             if values:
                 ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=name)
         ax.set_xlabel("lag: fire time - due time (ms)")
@@ -294,22 +351,28 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
 
 def _restore(data: dict, mode: str, out: list[str], targets: list[dict]) -> None:
     plt = _plt()
-    out += [f"## 3. Restore ({mode} run)", "",
-            f"A changelog of {data['entries']:,} entries (1 partition, distinct keys); "
-            "contenders in process, alternating, median of "
-            f"{data['reps']}. Command: `{data['command']}` (`{data['make_target']}`), started "
-            f"{data['started_at']}. All entries restored: {data['restored_all_entries']}.", "",
-            "| contender | median s (min-max) | records/s | vs plain consumer |",
-            "|---|---:|---:|---:|"]
+    out += [
+        f"## 3. Restore ({mode} run)",
+        "",
+        f"A changelog of {data['entries']:,} entries (1 partition, distinct keys); "
+        "contenders in process, alternating, median of "
+        f"{data['reps']}. Command: `{data['command']}` (`{data['make_target']}`), started "
+        f"{data['started_at']}. All entries restored: {data['restored_all_entries']}.",
+        "",
+        "| contender | median s (min-max) | records/s | vs plain consumer |",
+        "|---|---:|---:|---:|",
+    ]
     plain = data["summary"]["plain consumer"]["records_per_s_median"]
     names, rates = [], []
     for name, s in data["summary"].items():
         names.append(name)
         rates.append(s["records_per_s_median"])
         sec = s["seconds"]
-        out.append(f"| {name} | {_fmt(sec['median'], 2)} ({_fmt(sec['min'], 2)}-"
-                   f"{_fmt(sec['max'], 2)}) | {_fmt(s['records_per_s_median'])} | "
-                   f"{_fmt(s['records_per_s_median'] / plain, 2)} |")
+        out.append(
+            f"| {name} | {_fmt(sec['median'], 2)} ({_fmt(sec['min'], 2)}-"
+            f"{_fmt(sec['max'], 2)}) | {_fmt(s['records_per_s_median'])} | "
+            f"{_fmt(s['records_per_s_median'] / plain, 2)} |"
+        )
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(names, rates)
     ax.set_ylabel("records/s (median)")
@@ -321,63 +384,98 @@ def _restore(data: dict, mode: str, out: list[str], targets: list[dict]) -> None
     out += ["", "![restore](results/restore.png)", ""]
     ratio = data["ratio_restore_vs_plain_consumer"]
     scope = "" if data["entries"] >= 1_000_000 else f" (indicative: {data['entries']:,}, quick)"
-    targets.append({"target": f"restore >= 0.8x the plain consumer's read rate{scope}",
-                    "measured": f"{_fmt(ratio, 2)}x", "met": ratio >= 0.8})
+    targets.append(
+        {
+            "target": f"restore >= 0.8x the plain consumer's read rate{scope}",
+            "measured": f"{_fmt(ratio, 2)}x",
+            "met": ratio >= 0.8,
+        }
+    )
 
 
 def _whatif(data: dict, mode: str, out: list[str]) -> None:
-    out += [f"## 4. The prototypes behind the fixes (earlier {mode} run, d232ac5)", "",
-            "Measured before the fixes were made: `bench/whatif.py` (removed since; see git "
-            "history) patched the library of d232ac5 in the benchmark process only, "
-            "alternating as-is and patched runs, median of "
-            f"{data['reps']}. These patches are now in the library. Patches:", ""]
+    out += [
+        f"## 4. The prototypes behind the fixes (earlier {mode} run, d232ac5)",
+        "",
+        "Measured before the fixes were made: `bench/whatif.py` (removed since; see git "
+        "history) patched the library of d232ac5 in the benchmark process only, "
+        "alternating as-is and patched runs, median of "
+        f"{data['reps']}. These patches are now in the library. Patches:",
+        "",
+    ]
     patches = data["patches"]
     if isinstance(patches, str):
         patches = ["P" + p.strip() for p in ("P" + patches).split("* P")[0:] if p.strip()]
     out += [f"- {p}" for p in patches]
-    out += ["",
-            f"Command: `{data['command']}`.", "",
-            "| workload | as is | patched | speedup |", "|---|---:|---:|---:|"]
+    out += [
+        "",
+        f"Command: `{data['command']}`.",
+        "",
+        "| workload | as is | patched | speedup |",
+        "|---|---:|---:|---:|",
+    ]
     for size, r in data["punctuation"].items():
         s = r["entries_per_s"]
-        out.append(f"| punctuation over {int(size):,} keys (entries/s) | "
-                   f"{_fmt(s['as is']['median'])} | {_fmt(s['patched']['median'])} | "
-                   f"{_fmt(r['speedup'], 2)}x |")
+        out.append(
+            f"| punctuation over {int(size):,} keys (entries/s) | "
+            f"{_fmt(s['as is']['median'])} | {_fmt(s['patched']['median'])} | "
+            f"{_fmt(r['speedup'], 2)}x |"
+        )
     pr = data["per_record"]
-    out.append(f"| count per key, {pr['records']:,} records in process, P1-P3 (µs/record) | "
-               f"{_fmt(pr['us_per_record']['as is']['median'], 2)} | "
-               f"{_fmt(pr['us_per_record']['patched']['median'], 2)} | "
-               f"{_fmt(pr['speedup'], 2)}x |")
+    out.append(
+        f"| count per key, {pr['records']:,} records in process, P1-P3 (µs/record) | "
+        f"{_fmt(pr['us_per_record']['as is']['median'], 2)} | "
+        f"{_fmt(pr['us_per_record']['patched']['median'], 2)} | "
+        f"{_fmt(pr['speedup'], 2)}x |"
+    )
     if "patched + WAL off" in pr["us_per_record"]:
-        out.append(f"| same, P1-P4 (RocksDB WAL off) (µs/record) | "
-                   f"{_fmt(pr['us_per_record']['as is']['median'], 2)} | "
-                   f"{_fmt(pr['us_per_record']['patched + WAL off']['median'], 2)} | "
-                   f"{_fmt(pr.get('speedup_wal_off'), 2)}x |")
+        out.append(
+            f"| same, P1-P4 (RocksDB WAL off) (µs/record) | "
+            f"{_fmt(pr['us_per_record']['as is']['median'], 2)} | "
+            f"{_fmt(pr['us_per_record']['patched + WAL off']['median'], 2)} | "
+            f"{_fmt(pr.get('speedup_wal_off'), 2)}x |"
+        )
     cp = data.get("changelog_produce")
     if cp:
-        out.append(f"| changelog: {cp['records']:,} change records produced and acked, P5 "
-                   f"(records/s) | {_fmt(cp['records_per_s']['as is']['median'])} | "
-                   f"{_fmt(cp['records_per_s']['patched']['median'])} | "
-                   f"{_fmt(cp['speedup'], 2)}x |")
+        out.append(
+            f"| changelog: {cp['records']:,} change records produced and acked, P5 "
+            f"(records/s) | {_fmt(cp['records_per_s']['as is']['median'])} | "
+            f"{_fmt(cp['records_per_s']['patched']['median'])} | "
+            f"{_fmt(cp['speedup'], 2)}x |"
+        )
     out.append("")
 
 
 def _profiles(data: dict, mode: str, out: list[str]) -> None:
-    out += [f"## py-spy profiles ({mode} run)", "",
-            "`py-spy record --subprocesses --format raw` (collapsed stacks in "
-            "`bench/results/raw/`, not committed); per process kind, the functions with the "
-            "most samples (self = leaf, total = inclusive).", ""]
+    out += [
+        f"## py-spy profiles ({mode} run)",
+        "",
+        "`py-spy record --subprocesses --format raw` (collapsed stacks in "
+        "`bench/results/raw/`, not committed); per process kind, the functions with the "
+        "most samples (self = leaf, total = inclusive).",
+        "",
+    ]
     for name, prof in data["profiles"].items():
-        out += [f"### {name}", "", f"Command: `{prof.get('command', '?')}`; "
-                f"{prof.get('samples')} samples.", ""]
+        out += [
+            f"### {name}",
+            "",
+            f"Command: `{prof.get('command', '?')}`; {prof.get('samples')} samples.",
+            "",
+        ]
         for kind, p in (prof.get("processes") or {}).items():
             if p["share"] is not None and p["share"] < 0.05:
                 continue
-            out += [f"**{kind}** ({p['samples']} samples, {p['share']:.0%} of all)", "",
-                    "| self % | function | | total % | library function (inclusive) |",
-                    "|---:|---|---|---:|---|"]
-            library = [t for t in p["top_inclusive"]
-                       if any(a in t["function"] for a in ("processor_api/", "topologies/"))]
+            out += [
+                f"**{kind}** ({p['samples']} samples, {p['share']:.0%} of all)",
+                "",
+                "| self % | function | | total % | library function (inclusive) |",
+                "|---:|---|---|---:|---|",
+            ]
+            library = [
+                t
+                for t in p["top_inclusive"]
+                if any(a in t["function"] for a in ("processor_api/", "topologies/"))
+            ]
             for i in range(min(12, max(len(p["top_self"]), 1))):
                 s = p["top_self"][i] if i < len(p["top_self"]) else None
                 t = library[i] if i < len(library) else None
@@ -385,23 +483,30 @@ def _profiles(data: dict, mode: str, out: list[str]) -> None:
                     f"| {_fmt(s['share_of_process'] * 100, 1) if s else ''} | "
                     f"{s['function'] if s else ''} | | "
                     f"{_fmt(t['share_of_process'] * 100, 1) if t else ''} | "
-                    f"{t['function'] if t else ''} |")
+                    f"{t['function'] if t else ''} |"
+                )
             out.append("")
 
 
 def write_report() -> Path:
-    out: list[str] = ["# Benchmarks (issue #5)", "",
-                      "Generated by `bench/report.py` from `bench/results/*.json`; "
-                      "`make bench-quick` (`python -m bench.run --quick`) and `make bench` "
-                      "(`python -m bench.run --full`) rewrite it. Plots: `bench/results/*.png`. "
-                      "Each section shows the full run's results when there are any "
-                      "(`*-full.json`), else the quick run's (`*-quick.json`).",
-                      ""]
+    out: list[str] = [
+        "# Benchmarks (issue #5)",
+        "",
+        "Generated by `bench/report.py` from `bench/results/*.json`; "
+        "`make bench-quick` (`python -m bench.run --quick`) and `make bench` "
+        "(`python -m bench.run --full`) rewrite it. Plots: `bench/results/*.png`. "
+        "Each section shows the full run's results when there are any "
+        "(`*-full.json`), else the quick run's (`*-quick.json`).",
+        "",
+    ]
     targets: list[dict] = []
     body: list[str] = []
     machine = None
-    for name, fn in (("throughput", _throughput), ("punctuation", _punctuation),
-                     ("restore", _restore)):
+    for name, fn in (
+        ("throughput", _throughput),
+        ("punctuation", _punctuation),
+        ("restore", _restore),
+    ):
         data, mode = _load(name)
         if data is None:
             body += [f"## {name}", "", "Not run yet.", ""]
@@ -412,8 +517,9 @@ def write_report() -> Path:
         except Exception as exc:  # noqa: BLE001 - a broken section must not hide the others
             body += [f"Could not render {name}: {exc!r}", ""]
     whatif_path = RESULTS_DIR / "earlier" / "whatif-full-d232ac5.json"
-    whatif, mode = (json.loads(whatif_path.read_text()), "full") if whatif_path.exists() else (
-        None, None)
+    whatif, mode = (
+        (json.loads(whatif_path.read_text()), "full") if whatif_path.exists() else (None, None)
+    )
     if whatif:
         try:
             _whatif(whatif, mode, body)
@@ -422,8 +528,12 @@ def write_report() -> Path:
     prof, mode = _load("profiles")
     if prof:
         _profiles(prof, mode, body)
-    out += ["## Targets (ratios measured in the same run)", "",
-            "| target | measured | met? |", "|---|---|---|"]
+    out += [
+        "## Targets (ratios measured in the same run)",
+        "",
+        "| target | measured | met? |",
+        "|---|---|---|",
+    ]
     for t in targets:
         out.append(f"| {t['target']} | {t['measured']} | {'met' if t['met'] else 'MISSED'} |")
     out.append("")

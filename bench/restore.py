@@ -35,16 +35,27 @@ _LONG = struct.Struct(">q")
 def produce_changelog(bootstrap: str, entries: int) -> dict[str, Any]:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.size": 1_000_000, "batch.num.messages": 10_000,
-                         "queue.buffering.max.messages": 1_000_000,
-                         "queue.buffering.max.kbytes": 1_048_576})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
     started = time.monotonic()
     for i in range(entries):
         while True:
             try:
-                producer.produce(TOPIC, _LONG.pack(i), b"key-%07d" % i, partition=0,
-                                 timestamp=1_700_000_000_000 + i)
+                producer.produce(
+                    TOPIC,
+                    _LONG.pack(i),
+                    b"key-%07d" % i,
+                    partition=0,
+                    timestamp=1_700_000_000_000 + i,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -63,17 +74,25 @@ def _processor_api_restore(bootstrap: str, entries: int) -> tuple[float, dict]:
 
     root = Path(tempfile.mkdtemp(prefix="bench-restore-"))
     builder = Stores.key_value_store_builder(
-        Stores.persistent_key_value_store(STORE), Serdes.string(), Serdes.long())
+        Stores.persistent_key_value_store(STORE), Serdes.string(), Serdes.long()
+    )
     gc.collect()
     started = time.perf_counter()
-    stores = TaskStores(application_id=APP, task_id="0_0", partition=0, directory=root / "0_0",
-                        builders={STORE: builder},
-                        changelog_topics={STORE: f"{APP}-{STORE}-changelog"}, timestamp_fn=lambda: 0)
+    stores = TaskStores(
+        application_id=APP,
+        task_id="0_0",
+        partition=0,
+        directory=root / "0_0",
+        builders={STORE: builder},
+        changelog_topics={STORE: f"{APP}-{STORE}-changelog"},
+        timestamp_fn=lambda: 0,
+    )
     stack = stores.build(builder, lambda: 0)
 
     def reader(topic, partition, start, end, apply):  # noqa: ANN001
-        return read_changelog(bootstrap, topic, partition, start, end, apply,
-                              isolation_level="read_uncommitted")
+        return read_changelog(
+            bootstrap, topic, partition, start, end, apply, isolation_level="read_uncommitted"
+        )
 
     replayed = stores.restore({STORE: entries}, reader)
     elapsed = time.perf_counter() - started
@@ -95,8 +114,13 @@ def _plain_consumer(bootstrap: str, entries: int, write: bool) -> tuple[float, d
         db, batch_cls = Rdict(str(root / "db"), Options(raw_mode=True)), WriteBatch
     gc.collect()
     started = time.perf_counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"plain-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"plain-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(TOPIC, 0, 0)])
     seen = nbytes = 0
     last = -1
@@ -132,28 +156,38 @@ def run(broker: Broker, entries: int, reps: int) -> dict[str, Any]:
         "processor_api restore": lambda: _processor_api_restore(broker.bootstrap, entries),
         "plain consumer": lambda: _plain_consumer(broker.bootstrap, entries, write=False),
         "consumer + rocksdict WriteBatch": lambda: _plain_consumer(
-            broker.bootstrap, entries, write=True),
+            broker.bootstrap, entries, write=True
+        ),
     }
     names = list(contenders)
     runs = []
     for rep in range(reps):
-        for name in names[rep % 3:] + names[: rep % 3]:
+        for name in names[rep % 3 :] + names[: rep % 3]:
             elapsed, info = contenders[name]()
-            log(f"  rep {rep + 1}/{reps}: {name}: {elapsed:.2f}s "
-                f"({entries / elapsed:,.0f} records/s) {info}")
+            log(
+                f"  rep {rep + 1}/{reps}: {name}: {elapsed:.2f}s "
+                f"({entries / elapsed:,.0f} records/s) {info}"
+            )
             runs.append({"contender": name, "rep": rep, "seconds": elapsed, **info})
     summary = {}
     for name in names:
         s = stats([r["seconds"] for r in runs if r["contender"] == name])
-        summary[name] = {"seconds": s,
-                         "records_per_s_median": entries / s["median"] if s["median"] else None}
+        summary[name] = {
+            "seconds": s,
+            "records_per_s_median": entries / s["median"] if s["median"] else None,
+        }
     ok = all(r.get("entries_in_store", entries) == entries for r in runs)
     restore_rate = summary["processor_api restore"]["records_per_s_median"]
     plain_rate = summary["plain consumer"]["records_per_s_median"]
     return {
-        "entries": entries, "reps": reps, "topic": TOPIC, "produce": produced,
-        "runs": runs, "summary": summary, "restored_all_entries": ok,
+        "entries": entries,
+        "reps": reps,
+        "topic": TOPIC,
+        "produce": produced,
+        "runs": runs,
+        "summary": summary,
+        "restored_all_entries": ok,
         "ratio_restore_vs_plain_consumer": restore_rate / plain_rate,
-        "ratio_restore_vs_consumer_writebatch": restore_rate / summary[
-            "consumer + rocksdict WriteBatch"]["records_per_s_median"],
+        "ratio_restore_vs_consumer_writebatch": restore_rate
+        / summary["consumer + rocksdict WriteBatch"]["records_per_s_median"],
     }

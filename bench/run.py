@@ -20,24 +20,42 @@ from bench.common import Broker, command_line, log, machine_info, write_result
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
-        "throughput_sizes": [200_000], "throughput_reps": 3,
-        "punct_sizes": [10_000, 100_000], "punct_reps": 3,
-        "check_records": 100_000, "check_reps": 5,
-        "intervals_records": 100_000, "intervals_reps": 3,
-        "lag_seconds": 20, "lag_reps": 3, "lag_rate": 2000,
-        "restore_entries": 100_000, "restore_reps": 3,
+        "throughput_sizes": [200_000],
+        "throughput_reps": 3,
+        "punct_sizes": [10_000, 100_000],
+        "punct_reps": 3,
+        "check_records": 100_000,
+        "check_reps": 5,
+        "intervals_records": 100_000,
+        "intervals_reps": 3,
+        "lag_seconds": 20,
+        "lag_reps": 3,
+        "lag_rate": 2000,
+        "restore_entries": 100_000,
+        "restore_reps": 3,
         "profile": False,
         # the issue's four contenders; the diagnostic ones only run with --full
-        "throughput_contenders": ["processor_api", "hand_loop", "quixstreams",
-                                  "transformWithStateInPandas"],
+        "throughput_contenders": [
+            "processor_api",
+            "hand_loop",
+            "quixstreams",
+            "transformWithStateInPandas",
+        ],
     },
     "full": {
-        "throughput_sizes": [200_000, 2_000_000], "throughput_reps": 3,
-        "punct_sizes": [10_000, 100_000, 1_000_000], "punct_reps": 5,
-        "check_records": 500_000, "check_reps": 5,
-        "intervals_records": 200_000, "intervals_reps": 3,
-        "lag_seconds": 45, "lag_reps": 3, "lag_rate": 2000,
-        "restore_entries": 1_000_000, "restore_reps": 3,
+        "throughput_sizes": [200_000, 2_000_000],
+        "throughput_reps": 3,
+        "punct_sizes": [10_000, 100_000, 1_000_000],
+        "punct_reps": 5,
+        "check_records": 500_000,
+        "check_reps": 5,
+        "intervals_records": 200_000,
+        "intervals_reps": 3,
+        "lag_seconds": 45,
+        "lag_reps": 3,
+        "lag_rate": 2000,
+        "restore_entries": 1_000_000,
+        "restore_reps": 3,
         "profile": True,
     },
 }
@@ -63,8 +81,9 @@ def _envelope(mode: str, config: dict[str, Any], started: float, body: dict) -> 
     }
 
 
-def save_profile(tag: str, mode: str, config: dict, started: float, name: str,
-                 summary: dict) -> None:
+def save_profile(
+    tag: str, mode: str, config: dict, started: float, name: str, summary: dict
+) -> None:
     """Add one profile summary to ``profiles-<tag>.json`` (kept across partial runs)."""
     import json
 
@@ -81,21 +100,40 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--quick", action="store_true", help="small sizes, minutes")
     group.add_argument("--full", action="store_true", help="the sizes of issue #5")
-    parser.add_argument("--only", default="throughput,punctuation,restore",
-                        help="comma-separated subset of throughput,punctuation,restore")
-    parser.add_argument("--profile", action="store_true", default=None,
-                        help="also record py-spy profiles (default: on with --full)")
+    parser.add_argument(
+        "--only",
+        default="throughput,punctuation,restore",
+        help="comma-separated subset of throughput,punctuation,restore",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        default=None,
+        help="also record py-spy profiles (default: on with --full)",
+    )
     parser.add_argument("--no-profile", dest="profile", action="store_false")
-    parser.add_argument("--throughput-sizes", default=None,
-                        help="override, e.g. 200000,2000000,20000000")
-    parser.add_argument("--contenders", default=None,
-                        help="throughput contenders subset, e.g. processor_api,hand_loop")
-    parser.add_argument("--reps", type=int, default=None,
-                        help="override the repetitions of the throughput comparison")
-    parser.add_argument("--suffix", default="",
-                        help="result file suffix, e.g. -20M: throughput-full-20M.json")
-    parser.add_argument("--report-only", action="store_true",
-                        help="only regenerate RESULTS.md and plots from the JSON files")
+    parser.add_argument(
+        "--throughput-sizes", default=None, help="override, e.g. 200000,2000000,20000000"
+    )
+    parser.add_argument(
+        "--contenders",
+        default=None,
+        help="throughput contenders subset, e.g. processor_api,hand_loop",
+    )
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="override the repetitions of the throughput comparison",
+    )
+    parser.add_argument(
+        "--suffix", default="", help="result file suffix, e.g. -20M: throughput-full-20M.json"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only regenerate RESULTS.md and plots from the JSON files",
+    )
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     config = dict(MODES[mode])
@@ -111,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if include is None and config.get("throughput_contenders"):
         include = set(config["throughput_contenders"])
     from bench.throughput import BASELINE_DIR, BEFORE
+
     if include is not None and BASELINE_DIR:
         include.add(BEFORE)  # asked for with bench/snapshot.sh --baseline REV
 
@@ -138,15 +177,25 @@ def main(argv: list[str] | None = None) -> int:
             sizes = {}
             for records in config["throughput_sizes"]:
                 sizes[str(records)] = throughput.run_size(
-                    broker, records, config["throughput_reps"], include)
+                    broker, records, config["throughput_reps"], include
+                )
                 if config["profile"] and records == max(config["throughput_sizes"]):
-                    save_profile(tag, mode, config, run_started,
-                                 f"throughput processor_api {records}",
-                                 throughput.profile_processor_api(
-                                     broker, sizes[str(records)]["topic"], records,
-                                     f"{records}"))
-            write_result(f"throughput-{tag}", _envelope(
-                mode, config, started, {"sizes": sizes, "environment_problems": problems}))
+                    save_profile(
+                        tag,
+                        mode,
+                        config,
+                        run_started,
+                        f"throughput processor_api {records}",
+                        throughput.profile_processor_api(
+                            broker, sizes[str(records)]["topic"], records, f"{records}"
+                        ),
+                    )
+            write_result(
+                f"throughput-{tag}",
+                _envelope(
+                    mode, config, started, {"sizes": sizes, "environment_problems": problems}
+                ),
+            )
 
         if "punctuation" in only:
             from bench import punctuation, throughput
@@ -154,27 +203,40 @@ def main(argv: list[str] | None = None) -> int:
             started = time.time()
             body: dict[str, Any] = {}
             body["cost_vs_store_size"] = punctuation.punctuation_cost(
-                config["punct_sizes"], config["punct_reps"], broker.bootstrap)
+                config["punct_sizes"], config["punct_reps"], broker.bootstrap
+            )
             body["check_overhead"] = punctuation.check_overhead(
-                config["check_records"], config["check_reps"])
+                config["check_records"], config["check_reps"]
+            )
             topic = f"bench-punct-input-{config['intervals_records']}"
             broker.create_topic(topic, throughput.PARTITIONS, throughput.TOPIC_CONFIG)
-            common.produce_input(broker.bootstrap, topic, config["intervals_records"],
-                                 throughput.KEYS)
+            common.produce_input(
+                broker.bootstrap, topic, config["intervals_records"], throughput.KEYS
+            )
             log("punctuation on Spark: records/s by stream-time interval")
             body["spark_intervals"] = punctuation.spark_intervals(
-                broker, topic, config["intervals_records"], config["intervals_reps"])
+                broker, topic, config["intervals_records"], config["intervals_reps"]
+            )
             log("punctuation on Spark: wall-clock lag")
             body["spark_wall_clock_lag"] = punctuation.spark_lag(
-                broker, config["lag_seconds"], config["lag_reps"], config["lag_rate"])
+                broker, config["lag_seconds"], config["lag_reps"], config["lag_rate"]
+            )
             if config["profile"]:
                 from bench import profiles
 
                 size = max(config["punct_sizes"])
-                save_profile(tag, mode, config, run_started,
-                             f"punctuation {size} keys (in-process)", profiles.run_profiled(
-                                 [sys.executable, "-m", "bench.profile_targets", "punctuation",
-                                  str(size)], f"profile-punctuation-{size}", timeout_s=1800))
+                save_profile(
+                    tag,
+                    mode,
+                    config,
+                    run_started,
+                    f"punctuation {size} keys (in-process)",
+                    profiles.run_profiled(
+                        [sys.executable, "-m", "bench.profile_targets", "punctuation", str(size)],
+                        f"profile-punctuation-{size}",
+                        timeout_s=1800,
+                    ),
+                )
             write_result(f"punctuation-{tag}", _envelope(mode, config, started, body))
 
         if "restore" in only:
@@ -185,13 +247,25 @@ def main(argv: list[str] | None = None) -> int:
             if config["profile"]:
                 from bench import profiles
 
-                save_profile(tag, mode, config, run_started,
-                             f"restore {config['restore_entries']} (in-process)",
-                             profiles.run_profiled(
-                                 [sys.executable, "-m", "bench.profile_targets", "restore",
-                                  broker.bootstrap, str(config["restore_entries"])],
-                                 f"profile-restore-{config['restore_entries']}",
-                                 timeout_s=1800))
+                save_profile(
+                    tag,
+                    mode,
+                    config,
+                    run_started,
+                    f"restore {config['restore_entries']} (in-process)",
+                    profiles.run_profiled(
+                        [
+                            sys.executable,
+                            "-m",
+                            "bench.profile_targets",
+                            "restore",
+                            broker.bootstrap,
+                            str(config["restore_entries"]),
+                        ],
+                        f"profile-restore-{config['restore_entries']}",
+                        timeout_s=1800,
+                    ),
+                )
             write_result(f"restore-{tag}", _envelope(mode, config, started, body))
     finally:
         broker.stop()

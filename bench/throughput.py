@@ -70,18 +70,34 @@ def before_env() -> dict[str, str]:
 
 
 def before_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str) -> list[str]:
-    return [PYTHON, "-m", "processor_api.cli",
-            *processor_api_cmd(bootstrap, topic, state_dir, app_id)[1:]]
-
-
-def processor_api_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str,
-                      extra: tuple[str, ...] = ()) -> list[str]:
     return [
-        run_topology_bin(), "topologies.count_per_key:build_topology",
-        "--bootstrap-servers", bootstrap, "--application-id", app_id,
-        "--state-dir", state_dir, "--available-now", "--master", MASTER,
-        "--max-records-per-batch", str(MAX_RECORDS_PER_BATCH),
-        "--topology-arg", f"input_topic={json.dumps(topic)}", *extra,
+        PYTHON,
+        "-m",
+        "processor_api.cli",
+        *processor_api_cmd(bootstrap, topic, state_dir, app_id)[1:],
+    ]
+
+
+def processor_api_cmd(
+    bootstrap: str, topic: str, state_dir: str, app_id: str, extra: tuple[str, ...] = ()
+) -> list[str]:
+    return [
+        run_topology_bin(),
+        "topologies.count_per_key:build_topology",
+        "--bootstrap-servers",
+        bootstrap,
+        "--application-id",
+        app_id,
+        "--state-dir",
+        state_dir,
+        "--available-now",
+        "--master",
+        MASTER,
+        "--max-records-per-batch",
+        str(MAX_RECORDS_PER_BATCH),
+        "--topology-arg",
+        f"input_topic={json.dumps(topic)}",
+        *extra,
     ]
 
 
@@ -91,22 +107,61 @@ BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
-    return [PYTHON, "-m", "bench.hand_loop", "--bootstrap", bootstrap, "--topic", topic,
-            "--partitions", str(PARTITIONS), "--records", str(records), "--state-dir", state_dir]
+    return [
+        PYTHON,
+        "-m",
+        "bench.hand_loop",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--partitions",
+        str(PARTITIONS),
+        "--records",
+        str(records),
+        "--state-dir",
+        state_dir,
+    ]
 
 
 def quix_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
-    return [str(QUIX_VENV / "bin" / "python"), str(BENCH_DIR / "quix_count.py"),
-            "--bootstrap", bootstrap, "--topic", topic, "--records", str(records),
-            "--state-dir", state_dir]
+    return [
+        str(QUIX_VENV / "bin" / "python"),
+        str(BENCH_DIR / "quix_count.py"),
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--records",
+        str(records),
+        "--state-dir",
+        state_dir,
+    ]
 
 
 def tws_cmd(bootstrap: str, topic: str, records: int, ends: dict[int, int], checkpoint: str):
     end_json = json.dumps({topic: {str(p): n for p, n in ends.items()}})
-    return [PYTHON, "-m", "bench.tws_count", "--bootstrap", bootstrap, "--topic", topic,
-            "--end-offsets", end_json, "--records", str(records), "--checkpoint", checkpoint,
-            "--master", MASTER, "--partitions", str(PARTITIONS),
-            "--max-records-per-batch", str(MAX_RECORDS_PER_BATCH)]
+    return [
+        PYTHON,
+        "-m",
+        "bench.tws_count",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--end-offsets",
+        end_json,
+        "--records",
+        str(records),
+        "--checkpoint",
+        checkpoint,
+        "--master",
+        MASTER,
+        "--partitions",
+        str(PARTITIONS),
+        "--max-records-per-batch",
+        str(MAX_RECORDS_PER_BATCH),
+    ]
 
 
 #: Diagnostic contender: the library's per-task path without Spark (bench/engine_phases.py).
@@ -114,9 +169,21 @@ ENGINE = "engine without Spark (diagnostic)"
 
 
 def engine_cmd(bootstrap: str, topic: str, records: int) -> list[str]:
-    return [PYTHON, "-m", "bench.engine_phases", "--bootstrap", bootstrap, "--topic", topic,
-            "--partitions", str(PARTITIONS), "--records", str(records),
-            "--batch", str(MAX_RECORDS_PER_BATCH)]
+    return [
+        PYTHON,
+        "-m",
+        "bench.engine_phases",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--partitions",
+        str(PARTITIONS),
+        "--records",
+        str(records),
+        "--batch",
+        str(MAX_RECORDS_PER_BATCH),
+    ]
 
 
 def tws_env() -> dict[str, str]:
@@ -142,34 +209,57 @@ def _phase_times(log_path: Path) -> dict[str, Any]:
         match = pattern.search(line)
         if match and match.group(2) not in stamps:
             stamps[match.group(2)] = datetime.fromisoformat(
-                match.group(1).replace("Z", "+00:00")).timestamp()
+                match.group(1).replace("Z", "+00:00")
+            ).timestamp()
     out: dict[str, Any] = {}
     if "topology_planned" in stamps and "query_started" in stamps:
         out["planned_to_query_started_s"] = round(
-            stamps["query_started"] - stamps["topology_planned"], 2)
+            stamps["query_started"] - stamps["topology_planned"], 2
+        )
     if "query_started" in stamps and "run_finished" in stamps:
         out["query_started_to_finished_s"] = round(
-            stamps["run_finished"] - stamps["query_started"], 2)
+            stamps["run_finished"] - stamps["query_started"], 2
+        )
     return out
 
 
-def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], tag: str,
-               timeout_s: float, include: set[str] | None = None) -> dict[str, Any]:
+def contenders(
+    broker: Broker,
+    topic: str,
+    records: int,
+    ends: dict[int, int],
+    tag: str,
+    timeout_s: float,
+    include: set[str] | None = None,
+) -> dict[str, Any]:
     bootstrap = broker.bootstrap
 
-    def processor_api(rep: int, name: str = "processor_api",
-                      extra: tuple[str, ...] = ()) -> RunOutcome:
+    def processor_api(
+        rep: int, name: str = "processor_api", extra: tuple[str, ...] = ()
+    ) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
-        label = {"processor_api": "processor_api", BEFORE: "processor_api_before",
-                 CACHING: "processor_api_caching", BIG_BATCHES: "processor_api_1M_batches"}[name]
+        label = {
+            "processor_api": "processor_api",
+            BEFORE: "processor_api_before",
+            CACHING: "processor_api_caching",
+            BIG_BATCHES: "processor_api_1M_batches",
+        }[name]
         if name == BEFORE:
-            cmd, env, cwd = (before_cmd(bootstrap, topic, state_dir, app_id), before_env(),
-                             Path(str(BASELINE_DIR)))
+            cmd, env, cwd = (
+                before_cmd(bootstrap, topic, state_dir, app_id),
+                before_env(),
+                Path(str(BASELINE_DIR)),
+            )
         else:
-            cmd, env, cwd = processor_api_cmd(bootstrap, topic, state_dir, app_id, extra), None, REPO_DIR
+            cmd, env, cwd = (
+                processor_api_cmd(bootstrap, topic, state_dir, app_id, extra),
+                None,
+                REPO_DIR,
+            )
         wall, code, out, log_path = run_command(
-            cmd, label=f"throughput-{tag}-{label}-{rep}", timeout_s=timeout_s, env=env, cwd=cwd)
+            cmd, label=f"throughput-{tag}-{label}-{rep}", timeout_s=timeout_s, env=env, cwd=cwd
+        )
         metrics: dict[str, Any] = {}
         error = None
         if code == 0:
@@ -185,40 +275,71 @@ def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], t
         state_dir = tempfile.mkdtemp(prefix="bench-hand-")
         wall, code, out, log_path = run_command(
             hand_loop_cmd(bootstrap, topic, records, state_dir),
-            label=f"throughput-{tag}-hand_loop-{rep}", timeout_s=timeout_s)
+            label=f"throughput-{tag}-hand_loop-{rep}",
+            timeout_s=timeout_s,
+        )
         metrics = last_json_line(out)
         ok = code == 0 and metrics.get("sum_counts") == records and metrics.get("keys") == KEYS
-        return RunOutcome("hand_loop", rep, wall, ok, metrics,
-                          None if ok else f"exit {code}: {metrics}", str(log_path))
+        return RunOutcome(
+            "hand_loop",
+            rep,
+            wall,
+            ok,
+            metrics,
+            None if ok else f"exit {code}: {metrics}",
+            str(log_path),
+        )
 
     def quixstreams(rep: int) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-quix-")
         wall, code, out, log_path = run_command(
             quix_cmd(bootstrap, topic, records, state_dir),
-            label=f"throughput-{tag}-quixstreams-{rep}", timeout_s=timeout_s)
+            label=f"throughput-{tag}-quixstreams-{rep}",
+            timeout_s=timeout_s,
+        )
         metrics = last_json_line(out)
         ok = code == 0 and metrics.get("records") == records
-        return RunOutcome("quixstreams", rep, wall, ok, metrics,
-                          None if ok else f"exit {code}: {metrics}", str(log_path))
+        return RunOutcome(
+            "quixstreams",
+            rep,
+            wall,
+            ok,
+            metrics,
+            None if ok else f"exit {code}: {metrics}",
+            str(log_path),
+        )
 
     def tws(rep: int) -> RunOutcome:
         checkpoint = tempfile.mkdtemp(prefix="bench-tws-")
         wall, code, out, log_path = run_command(
             tws_cmd(bootstrap, topic, records, ends, checkpoint + "/cp"),
-            label=f"throughput-{tag}-tws-{rep}", timeout_s=timeout_s, env=tws_env())
+            label=f"throughput-{tag}-tws-{rep}",
+            timeout_s=timeout_s,
+            env=tws_env(),
+        )
         metrics = last_json_line(out)
         ok = code == 0 and metrics.get("records") == records
-        return RunOutcome("transformWithStateInPandas", rep, wall, ok, metrics,
-                          None if ok else f"exit {code}: {metrics}", str(log_path))
+        return RunOutcome(
+            "transformWithStateInPandas",
+            rep,
+            wall,
+            ok,
+            metrics,
+            None if ok else f"exit {code}: {metrics}",
+            str(log_path),
+        )
 
     def engine(rep: int) -> RunOutcome:
         wall, code, out, log_path = run_command(
             engine_cmd(bootstrap, topic, records),
-            label=f"throughput-{tag}-engine-{rep}", timeout_s=timeout_s)
+            label=f"throughput-{tag}-engine-{rep}",
+            timeout_s=timeout_s,
+        )
         metrics = last_json_line(out)
         ok = code == 0 and metrics.get("records") == records
-        return RunOutcome(ENGINE, rep, wall, ok, metrics,
-                          None if ok else f"exit {code}: {metrics}", str(log_path))
+        return RunOutcome(
+            ENGINE, rep, wall, ok, metrics, None if ok else f"exit {code}: {metrics}", str(log_path)
+        )
 
     all_contenders = {
         "processor_api": processor_api,
@@ -229,7 +350,8 @@ def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], t
         BEFORE: lambda rep: processor_api(rep, BEFORE),
         CACHING: lambda rep: processor_api(rep, CACHING, ("--topology-arg", "caching=true")),
         BIG_BATCHES: lambda rep: processor_api(
-            rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")),
+            rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")
+        ),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
@@ -239,8 +361,13 @@ def contenders(broker: Broker, topic: str, records: int, ends: dict[int, int], t
     return {k: v for k, v in all_contenders.items() if include is None or k in include}
 
 
-def run_size(broker: Broker, records: int, reps: int, include: set[str] | None = None,
-             timeout_s: float | None = None) -> dict[str, Any]:
+def run_size(
+    broker: Broker,
+    records: int,
+    reps: int,
+    include: set[str] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Produce ``records`` to a fresh topic and run every contender ``reps`` times on it."""
     from bench.common import produce_input
 
@@ -257,30 +384,55 @@ def run_size(broker: Broker, records: int, reps: int, include: set[str] | None =
     pa = summary.get("processor_api", {}).get("records_per_s_median")
     ratios = {
         f"processor_api / {name}": ratio(pa, s.get("records_per_s_median"))
-        for name, s in summary.items() if name != "processor_api"
+        for name, s in summary.items()
+        if name != "processor_api"
     }
     return {
-        "records": records, "keys": KEYS, "partitions": PARTITIONS, "topic": topic,
-        "produce": produced, "end_offsets": ends, "reps": reps, "master": MASTER,
+        "records": records,
+        "keys": KEYS,
+        "partitions": PARTITIONS,
+        "topic": topic,
+        "produce": produced,
+        "end_offsets": ends,
+        "reps": reps,
+        "master": MASTER,
         "max_records_per_batch": MAX_RECORDS_PER_BATCH,
-        "commands": {name: command for name, command in {
-            "processor_api": " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
-            "hand_loop": " ".join(hand_loop_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
-            "quixstreams": " ".join(quix_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
-            "transformWithStateInPandas": " ".join(
-                tws_cmd("BOOTSTRAP", topic, records, ends, "CHECKPOINT")),
-            ENGINE: " ".join(engine_cmd("BOOTSTRAP", topic, records)),
-            BEFORE: "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) "
-            + " ".join(before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
-            CACHING: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
-                                                ("--topology-arg", "caching=true"))),
-            BIG_BATCHES: " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP",
-                                                    ("--max-records-per-batch", "1000000"))),
-        }.items() if name in summary},
+        "commands": {
+            name: command
+            for name, command in {
+                "processor_api": " ".join(
+                    processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")
+                ),
+                "hand_loop": " ".join(hand_loop_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
+                "quixstreams": " ".join(quix_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
+                "transformWithStateInPandas": " ".join(
+                    tws_cmd("BOOTSTRAP", topic, records, ends, "CHECKPOINT")
+                ),
+                ENGINE: " ".join(engine_cmd("BOOTSTRAP", topic, records)),
+                BEFORE: "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) "
+                + " ".join(before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
+                CACHING: " ".join(
+                    processor_api_cmd(
+                        "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--topology-arg", "caching=true")
+                    )
+                ),
+                BIG_BATCHES: " ".join(
+                    processor_api_cmd(
+                        "BOOTSTRAP",
+                        topic,
+                        "STATE_DIR",
+                        "APP",
+                        ("--max-records-per-batch", "1000000"),
+                    )
+                ),
+            }.items()
+            if name in summary
+        },
         "runs": outcome_dicts(runs),
         "summary": summary,
-        "throughput_ratios": {k: v for k, v in ratios.items() if v is not None
-                              and not math.isnan(v)},
+        "throughput_ratios": {
+            k: v for k, v in ratios.items() if v is not None and not math.isnan(v)
+        },
     }
 
 
@@ -288,5 +440,6 @@ def profile_processor_api(broker: Broker, topic: str, records: int, tag: str) ->
     state_dir = tempfile.mkdtemp(prefix="bench-pa-prof-")
     app_id = f"bench-cpk-prof-{tag}-{uuid.uuid4().hex[:6]}"
     cmd = processor_api_cmd(broker.bootstrap, topic, state_dir, app_id)
-    return profiles.run_profiled(cmd, f"profile-throughput-{tag}-processor_api",
-                                 timeout_s=max(900.0, records / 1000))
+    return profiles.run_profiled(
+        cmd, f"profile-throughput-{tag}-processor_api", timeout_s=max(900.0, records / 1000)
+    )

@@ -114,12 +114,18 @@ def main() -> None:
     done = time.monotonic()
     error = query.exception()
     spark.stop()
-    print(json.dumps({
-        "records": counted["added"], "key_rows": counted["rows"], "batches": counted["batches"],
-        "session_s": round(session_ready - started, 3),
-        "query_s": round(done - session_ready, 3),
-        "error": None if error is None else str(error)[:500],
-    }))
+    print(
+        json.dumps(
+            {
+                "records": counted["added"],
+                "key_rows": counted["rows"],
+                "batches": counted["batches"],
+                "session_s": round(session_ready - started, 3),
+                "query_s": round(done - session_ready, 3),
+                "error": None if error is None else str(error)[:500],
+            }
+        )
+    )
     if error is not None or counted["added"] != args.records:
         sys.exit(1)
 

@@ -47,35 +47,67 @@ def build_parser() -> argparse.ArgumentParser:
         prog="run-topology",
         description="Run a Kafka-Streams-style Processor API topology on Spark.",
     )
-    parser.add_argument("topology", metavar="MODULE:FUNCTION",
-                        help="function returning a Topology, e.g. "
-                             "topologies.sales_aggregation:build_topology")
+    parser.add_argument(
+        "topology",
+        metavar="MODULE:FUNCTION",
+        help="function returning a Topology, e.g. topologies.sales_aggregation:build_topology",
+    )
     broker = parser.add_mutually_exclusive_group(required=True)
     broker.add_argument("--bootstrap-servers", metavar="HOST:PORT")
-    broker.add_argument("--embedded-broker", action="store_true",
-                        help="start an embedded Kafka-protocol broker (Tansu) for this run")
-    parser.add_argument("--application-id", default=None,
-                        help="prefix of internal topics and state (default: the module name)")
+    broker.add_argument(
+        "--embedded-broker",
+        action="store_true",
+        help="start an embedded Kafka-protocol broker (Tansu) for this run",
+    )
+    parser.add_argument(
+        "--application-id",
+        default=None,
+        help="prefix of internal topics and state (default: the module name)",
+    )
     parser.add_argument("--state-dir", default="./state", help="local store directory")
-    parser.add_argument("--checkpoint-dir", default=None,
-                        help="Spark checkpoint (default: STATE_DIR/APP_ID/_spark_checkpoint)")
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="Spark checkpoint (default: STATE_DIR/APP_ID/_spark_checkpoint)",
+    )
     parser.add_argument("--master", default="local[*]", help="Spark master URL")
-    parser.add_argument("--processing-guarantee", default="at_least_once",
-                        choices=["at_least_once", "exactly_once_v2"])
+    parser.add_argument(
+        "--processing-guarantee",
+        default="at_least_once",
+        choices=["at_least_once", "exactly_once_v2"],
+    )
     parser.add_argument("--trigger-interval", type=float, default=1.0, metavar="SECONDS")
-    parser.add_argument("--available-now", action="store_true",
-                        help="process everything in the input topics now, then exit 0")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything in the input topics now, then exit 0",
+    )
     parser.add_argument("--max-records-per-batch", type=int, default=200_000)
-    parser.add_argument("--config", type=_key_value, action="append", default=[],
-                        metavar="KEY=VALUE", help="runtime settings, e.g. "
-                        "processing.exception.handler=log_and_continue")
-    parser.add_argument("--topology-arg", type=_topology_arg, action="append", default=[],
-                        metavar="KEY=VALUE", help="keyword argument for FUNCTION (JSON value)")
-    parser.add_argument("--spark-conf", type=_key_value, action="append", default=[],
-                        metavar="KEY=VALUE")
-    parser.add_argument("--cleanup", action="store_true",
-                        help="wipe this application's local state first (stores are restored "
-                             "from their changelogs)")
+    parser.add_argument(
+        "--config",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runtime settings, e.g. processing.exception.handler=log_and_continue",
+    )
+    parser.add_argument(
+        "--topology-arg",
+        type=_topology_arg,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keyword argument for FUNCTION (JSON value)",
+    )
+    parser.add_argument(
+        "--spark-conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
+    )
+    parser.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="wipe this application's local state first (stores are restored "
+        "from their changelogs)",
+    )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     return parser
 
@@ -141,8 +173,13 @@ def _run(args: argparse.Namespace, log: Any) -> int:
         runner = TopologyRunner(args.topology, settings, topology_kwargs=topology_kwargs)
         runner.prepare()
         result = runner.run()
-        log.info("done", records=result.records, outputs=result.outputs,
-                 batches=result.batches, duration_s=round(result.duration_s, 2))
+        log.info(
+            "done",
+            records=result.records,
+            outputs=result.outputs,
+            batches=result.batches,
+            duration_s=round(result.duration_s, 2),
+        )
     return 0
 
 

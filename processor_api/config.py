@@ -38,8 +38,8 @@ class StreamsConfig:
         extra: dict[str, str] = {}
         for raw_key, value in (config or {}).items():
             key = normalize_key(raw_key)
-            if key.startswith("default_") and key[len("default_"):] in known:
-                key = key[len("default_"):]
+            if key.startswith("default_") and key[len("default_") :] in known:
+                key = key[len("default_") :]
             if key in known:
                 values[key] = value
             else:
@@ -59,6 +59,8 @@ class StreamsConfig:
                 f"got {self.processing_guarantee!r}"
             )
         if not self.application_id or not isinstance(self.application_id, str):
-            raise ConfigError(f"application_id must be a non-empty string, got {self.application_id!r}")
+            raise ConfigError(
+                f"application_id must be a non-empty string, got {self.application_id!r}"
+            )
         if self.dead_letter_topic == "":
             self.dead_letter_topic = None

@@ -42,9 +42,7 @@ def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
     ]
     structlog.configure(
         processors=_PROCESSORS,
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelName(level.upper())
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         # one write() per event, line and newline together: print() writes them apart, and
         # the Spark JVM, sharing stderr, then put its own lines between the two
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),

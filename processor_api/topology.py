@@ -200,8 +200,7 @@ class Topology:
         if not isinstance(node, ProcessorNode):
             what = "is not a processor" if node is not None else "does not exist"
             raise TopologyError(
-                f"cannot connect stores {list(store_names)} to {processor_name!r}: "
-                f"that node {what}"
+                f"cannot connect stores {list(store_names)} to {processor_name!r}: that node {what}"
             )
         for store_name in store_names:
             if store_name not in self._stores:
@@ -361,9 +360,7 @@ class Topology:
             raise TopologyError("the topology has no source: add_source() first")
         for store_name, users in self._store_users.items():
             if not users:
-                raise TopologyError(
-                    f"state store {store_name!r} is not connected to any processor"
-                )
+                raise TopologyError(f"state store {store_name!r} is not connected to any processor")
 
     def describe(self) -> TopologyDescription:
         """A description whose ``str()`` is Kafka Streams' ``TopologyDescription`` text."""
@@ -379,12 +376,8 @@ class TopologyDescription:
 
     def __str__(self) -> str:
         nodes = self._topology.nodes
-        children = {
-            name: list(getattr(node, "children", [])) for name, node in nodes.items()
-        }
-        parents = {
-            name: list(getattr(node, "parents", ())) for name, node in nodes.items()
-        }
+        children = {name: list(getattr(node, "children", [])) for name, node in nodes.items()}
+        parents = {name: list(getattr(node, "parents", ())) for name, node in nodes.items()}
         size: dict[str, int] = {}
 
         def subtree_size(name: str) -> int:

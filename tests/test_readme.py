@@ -57,8 +57,9 @@ def test_every_test_marker_is_followed_by_a_python_block():
 
 
 def test_the_tested_blocks_define_tests(readme_namespace):
-    defined = [name for name, obj in readme_namespace.items()
-               if name.startswith("test_") and callable(obj)]
+    defined = [
+        name for name, obj in readme_namespace.items() if name.startswith("test_") and callable(obj)
+    ]
     assert defined, "the README's tested blocks define no test_* function"
     assert sorted(defined) == sorted(_declared_tests())
 

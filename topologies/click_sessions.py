@@ -103,7 +103,7 @@ def _deserialize_window_key(data: bytes) -> SessionWindowKey:
     if len(data) < _WINDOW_END.size:
         raise ValueError(f"a session window key has at least 8 bytes, got {len(data)}")
     (window_end,) = _WINDOW_END.unpack_from(data)
-    return SessionWindowKey(window_end, bytes(data[_WINDOW_END.size:]).decode("utf-8"))
+    return SessionWindowKey(window_end, bytes(data[_WINDOW_END.size :]).decode("utf-8"))
 
 
 SESSION_WINDOW_KEY_SERDE = Serde(

@@ -123,6 +123,10 @@ def build_topology(
         )
         .add_state_store(store, "PRODUCT_COUNTER")
         .add_sink(
-            "SINK_COUNTER", output_topic, "PRODUCT_COUNTER", key_serde=keys, value_serde=Serdes.long()
+            "SINK_COUNTER",
+            output_topic,
+            "PRODUCT_COUNTER",
+            key_serde=keys,
+            value_serde=Serdes.long(),
         )
     )

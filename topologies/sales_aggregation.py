@@ -139,20 +139,15 @@ def build_topology(
     ``threshold``: the total from which every update produces a notification.
     """
     threshold = int(threshold)
-    store = (
-        Stores.key_value_store_builder(
-            Stores.persistent_key_value_store(store_name), Serdes.string(), Serdes.long()
-        )
-        .with_caching_disabled()
-    )
+    store = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store(store_name), Serdes.string(), Serdes.long()
+    ).with_caching_disabled()
     return (
         Topology()
         .add_source(
             "sales-source", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string()
         )
-        .add_processor(
-            "aggregate", lambda: SalesAggregator(store_name, threshold), "sales-source"
-        )
+        .add_processor("aggregate", lambda: SalesAggregator(store_name, threshold), "sales-source")
         .add_state_store(store, "aggregate")
         .add_sink(
             "notifications-sink",

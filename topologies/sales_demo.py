@@ -47,9 +47,16 @@ EXPECTED = {"product1": 2500, "product2": 2300}
 
 
 def _print_notifications(bootstrap: str, seen: list, stop: threading.Event) -> None:
-    consumer = Consumer(client_config(bootstrap, "demo-consumer", **{
-        "group.id": "sales-demo-printer", "auto.offset.reset": "earliest",
-    }))
+    consumer = Consumer(
+        client_config(
+            bootstrap,
+            "demo-consumer",
+            **{
+                "group.id": "sales-demo-printer",
+                "auto.offset.reset": "earliest",
+            },
+        )
+    )
     consumer.subscribe([DEFAULT_OUTPUT_TOPIC])
     try:
         while not stop.is_set():
@@ -74,8 +81,9 @@ def main() -> int:
         broker.create_topic(DEFAULT_OUTPUT_TOPIC, 3)
         tracker = DeliveryTracker(make_producer(bootstrap))
         for event in SEED_EVENTS:
-            tracker.produce(DEFAULT_INPUT_TOPIC, event["product"].encode(),
-                            json.dumps(event).encode())
+            tracker.produce(
+                DEFAULT_INPUT_TOPIC, event["product"].encode(), json.dumps(event).encode()
+            )
         tracker.flush_and_check()
         print(f"input      : {len(SEED_EVENTS)} sales events -> {DEFAULT_INPUT_TOPIC}")
         for event in SEED_EVENTS:
@@ -96,9 +104,7 @@ def main() -> int:
             available_now=True,
             log_format="console",
         )
-        result = TopologyRunner(
-            "topologies.sales_aggregation:build_topology", settings
-        ).run()
+        result = TopologyRunner("topologies.sales_aggregation:build_topology", settings).run()
         deadline = time.monotonic() + 10
         while len(seen) < len(EXPECTED) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -66,7 +66,9 @@ def _interval_ms(interval: int | timedelta) -> int:
     elif isinstance(interval, int) and not isinstance(interval, bool):
         ms = interval
     else:
-        raise TypeError(f"punctuation interval must be int milliseconds or timedelta, got {interval!r}")
+        raise TypeError(
+            f"punctuation interval must be int milliseconds or timedelta, got {interval!r}"
+        )
     if ms < 1:
         raise ValueError(f"punctuation interval must be at least 1 ms, got {interval!r}")
     return ms
@@ -108,8 +110,16 @@ def _passthrough_topics(targets: list[_Node], store: KeyValueStore) -> list[str]
 class _Node:
     """A node of the running sub-topology with its processor instance and context."""
 
-    __slots__ = ("name", "processor", "children", "children_by_name", "sink", "stores",
-                 "context", "schedule_count")
+    __slots__ = (
+        "name",
+        "processor",
+        "children",
+        "children_by_name",
+        "sink",
+        "stores",
+        "context",
+        "schedule_count",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -373,7 +383,10 @@ class Task:
         if timestamp < 0:
             self._log.warning(
                 "record_skipped_invalid_timestamp",
-                topic=raw.topic, partition=raw.partition, offset=raw.offset, timestamp=timestamp,
+                topic=raw.topic,
+                partition=raw.partition,
+                offset=raw.offset,
+                timestamp=timestamp,
             )
             self.records_skipped += 1
             return 0
@@ -528,8 +541,11 @@ class Task:
     def _on_deserialization_error(self, raw: InputRecord, source: str, exc: Exception) -> None:
         error = ProcessingError(
             f"cannot deserialize record: {type(exc).__name__}: {exc}",
-            topic=raw.topic, partition=raw.partition, offset=raw.offset,
-            processor=source, task_id=self.task_id,
+            topic=raw.topic,
+            partition=raw.partition,
+            offset=raw.offset,
+            processor=source,
+            task_id=self.task_id,
         )
         error.__cause__ = exc
         if self.config.deserialization_exception_handler == "log_and_fail":
@@ -627,8 +643,12 @@ class Task:
 
     def _fire(self, schedule: PunctuationSchedule, timestamp: int) -> None:
         node = self._nodes[schedule.node_name]
-        saved = (self._current_node, self._current_raw, self._current_metadata,
-                 self._record_timestamp)
+        saved = (
+            self._current_node,
+            self._current_raw,
+            self._current_metadata,
+            self._record_timestamp,
+        )
         self._current_node, self._current_raw, self._current_metadata = node, None, None
         self._record_timestamp = timestamp
         try:
@@ -645,8 +665,12 @@ class Task:
                 error.__cause__ = exc
             self._on_processing_error(error, None)
         finally:
-            (self._current_node, self._current_raw, self._current_metadata,
-             self._record_timestamp) = saved
+            (
+                self._current_node,
+                self._current_raw,
+                self._current_metadata,
+                self._record_timestamp,
+            ) = saved
 
     # ----------------------------------------------------------------- commit
     def flush(self) -> dict[str, list[ChangeRecord]]:

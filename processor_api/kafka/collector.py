@@ -71,8 +71,9 @@ class KafkaCollector:
             latest.pop(change.key, None)  # re-insert: keep the order of last writes
             latest[change.key] = change
         self.tracker.produce_many(
-            topic, partition, [(change.key, change.value, change.timestamp)
-                               for change in latest.values()],
+            topic,
+            partition,
+            [(change.key, change.value, change.timestamp) for change in latest.values()],
         )
         return len(latest)
 
@@ -148,8 +149,13 @@ def read_changelog(
             if now - last_report >= PROGRESS_EVERY_S:
                 elapsed = now - started
                 _log.info(
-                    "restore_progress", topic=topic, partition=partition, records=count,
-                    offset=position, end_offset=end, rate_per_s=round(count / elapsed),
+                    "restore_progress",
+                    topic=topic,
+                    partition=partition,
+                    records=count,
+                    offset=position,
+                    end_offset=end,
+                    rate_per_s=round(count / elapsed),
                 )
                 last_report = now
             if position < end and now - last_progress > RESTORE_STALL_TIMEOUT_S:

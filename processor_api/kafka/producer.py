@@ -191,8 +191,7 @@ class DeliveryTracker:
                 if timestamp < 0:
                     timestamp = 0
                 try:
-                    produce(topic, value, key, partition, on_delivery=callback,
-                            timestamp=timestamp)
+                    produce(topic, value, key, partition, on_delivery=callback, timestamp=timestamp)
                 except BufferError:
                     self._produce_waiting(topic, value, key, partition, timestamp, None)
                 sent += 1
@@ -218,8 +217,13 @@ class DeliveryTracker:
             try:
                 # keywords: the fifth positional parameter is the legacy ``callback``
                 self._producer.produce(
-                    topic, value, key, partition, on_delivery=self._on_delivery,
-                    timestamp=timestamp, headers=headers,
+                    topic,
+                    value,
+                    key,
+                    partition,
+                    on_delivery=self._on_delivery,
+                    timestamp=timestamp,
+                    headers=headers,
                 )
                 return
             except BufferError:

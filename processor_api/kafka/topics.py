@@ -64,9 +64,7 @@ def plan_topics(topology: Topology, bootstrap_servers: str, application_id: str)
     internal_names = set(topology.internal_topics())
     external = [t for t in topology.source_topics() if t not in internal_names]
     sink_topics = [t for t in topology.sink_topics() if t not in internal_names]
-    existing = _existing_counts(
-        bootstrap_servers, external + sorted(internal_names) + sink_topics
-    )
+    existing = _existing_counts(bootstrap_servers, external + sorted(internal_names) + sink_topics)
     missing = [t for t in external if t not in existing]
     if missing:
         raise MissingTopicError(
@@ -143,6 +141,9 @@ def create_topics(plan: TopicPlan, bootstrap_servers: str) -> list[str]:
     specs += [TopicSpec(t, n, {}) for t, n in plan.outputs_to_create.items()]
     created = ensure_topics(bootstrap_servers, specs) if specs else []
     for topic in created:
-        _log.info("topic_created", topic=topic,
-                  partitions=next(s.partitions for s in specs if s.name == topic))
+        _log.info(
+            "topic_created",
+            topic=topic,
+            partitions=next(s.partitions for s in specs if s.name == topic),
+        )
     return created

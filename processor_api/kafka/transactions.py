@@ -43,7 +43,10 @@ OWNER_FILE = ".txn-owner"
 
 
 def transaction_step(
-    step: str, txn_id: str, bootstrap_servers: str, timeout_s: float | None,
+    step: str,
+    txn_id: str,
+    bootstrap_servers: str,
+    timeout_s: float | None,
     call: Callable[[], None],
 ) -> None:
     """Run one transaction call (init/begin/commit); its Kafka error becomes a StreamsError.
@@ -95,7 +98,10 @@ class TransactionalProducers:
             self._bootstrap, transactional_id=txn_id, extra_config=self._config
         )
         transaction_step(
-            "init_transactions", txn_id, self._bootstrap, INIT_TIMEOUT_S,
+            "init_transactions",
+            txn_id,
+            self._bootstrap,
+            INIT_TIMEOUT_S,
             lambda: producer.init_transactions(INIT_TIMEOUT_S),
         )
         instance = uuid.uuid4().hex

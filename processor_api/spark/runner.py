@@ -112,8 +112,13 @@ class _Progress:
             self.completed_batches.add(batch_id)
         if records or outputs or restored:
             _log.info(
-                "batch_done", batch=batch_id, tasks=len(rows), records=records, outputs=outputs,
-                changelog_records=changelog, restored=restored,
+                "batch_done",
+                batch=batch_id,
+                tasks=len(rows),
+                records=records,
+                outputs=outputs,
+                changelog_records=changelog,
+                restored=restored,
                 max_task_ms=round(max((r["duration_ms"] for r in rows), default=0.0), 1),
                 collect_ms=round((time.monotonic() - started) * 1000, 1),
             )
@@ -183,7 +188,8 @@ def explain_failure(exc: BaseException) -> str:
     """The most useful line of a Spark failure: the Python error raised in the task."""
     text = str(exc)
     matches = [
-        m for m in _PYTHON_ERROR.finditer(text)
+        m
+        for m in _PYTHON_ERROR.finditer(text)
         if not m.group(1).startswith(_WRAPPER_PREFIXES) and "py4j" not in m.group(1).lower()
     ]
     for match in reversed(matches):
@@ -250,14 +256,22 @@ class TopologyRunner:
         if self.config.processing_guarantee == "exactly_once_v2":
             ensure_topics(
                 self.settings.bootstrap_servers,
-                [TopicSpec(commit_marker_topic(self.config.application_id),
-                           len(plan.task_ids), {"cleanup.policy": "compact"})],
+                [
+                    TopicSpec(
+                        commit_marker_topic(self.config.application_id),
+                        len(plan.task_ids),
+                        {"cleanup.policy": "compact"},
+                    )
+                ],
             )
         self.plan = plan
         _log.info(
-            "topology_planned", application_id=self.config.application_id,
-            tasks=len(plan.task_ids), sources=sorted(plan.external_sources),
-            repartition=sorted(plan.internal), changelogs=sorted(plan.changelogs),
+            "topology_planned",
+            application_id=self.config.application_id,
+            tasks=len(plan.task_ids),
+            sources=sorted(plan.external_sources),
+            repartition=sorted(plan.internal),
+            changelogs=sorted(plan.changelogs),
         )
         return plan
 
@@ -277,8 +291,7 @@ class TopologyRunner:
             config={
                 "application_id": self.config.application_id,
                 "processing_guarantee": self.config.processing_guarantee,
-                "deserialization_exception_handler":
-                    self.config.deserialization_exception_handler,
+                "deserialization_exception_handler": self.config.deserialization_exception_handler,
                 "processing_exception_handler": self.config.processing_exception_handler,
                 "dead_letter_topic": self.config.dead_letter_topic,
                 **self.config.extra,
@@ -343,7 +356,8 @@ class TopologyRunner:
             ]
         )
         group_keys = load_or_plan_group_keys(
-            self.settings.resolved_checkpoint_dir, plan.task_ids,
+            self.settings.resolved_checkpoint_dir,
+            plan.task_ids,
             int(spark.conf.get("spark.sql.shuffle.partitions")),
         )
         group_key_of = F.create_map(
@@ -352,7 +366,8 @@ class TopologyRunner:
         task_column = F.element_at(
             group_key_of,
             F.concat(
-                F.element_at(mapping, F.col("topic")), F.lit("_"),
+                F.element_at(mapping, F.col("topic")),
+                F.lit("_"),
                 F.col("partition").cast("string"),
             ),
         )
@@ -371,7 +386,8 @@ class TopologyRunner:
         # batches, so bounded runs use NoTimeout; wall-clock punctuation is still checked
         # whenever a task runs.
         timeout = (
-            GroupStateTimeout.NoTimeout if available_now
+            GroupStateTimeout.NoTimeout
+            if available_now
             else GroupStateTimeout.ProcessingTimeTimeout
         )
         results = rows.groupBy("task").applyInPandasWithState(
@@ -392,9 +408,12 @@ class TopologyRunner:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_s} seconds")
         self._query = writer.start()
         _log.info(
-            "query_started", application_id=self.config.application_id,
-            master=spark.sparkContext.master, checkpoint=self.settings.resolved_checkpoint_dir,
-            state_dir=self.settings.state_dir, guarantee=self.config.processing_guarantee,
+            "query_started",
+            application_id=self.config.application_id,
+            master=spark.sparkContext.master,
+            checkpoint=self.settings.resolved_checkpoint_dir,
+            state_dir=self.settings.state_dir,
+            guarantee=self.config.processing_guarantee,
         )
         return self._query
 
@@ -424,7 +443,8 @@ class TopologyRunner:
 
     def _starting_offsets(self) -> str:
         policies = {
-            node.offset_reset for node in self.topology.nodes.values()
+            node.offset_reset
+            for node in self.topology.nodes.values()
             if hasattr(node, "offset_reset")
         }
         return "latest" if policies == {"latest"} else "earliest"
@@ -452,9 +472,13 @@ class TopologyRunner:
         result = self._progress.result
         result.duration_s = time.monotonic() - started
         _log.info(
-            "run_finished", batches=result.batches, records=result.records,
-            outputs=result.outputs, changelog_records=result.changelog_records,
-            restored=result.restored, duration_s=round(result.duration_s, 2),
+            "run_finished",
+            batches=result.batches,
+            records=result.records,
+            outputs=result.outputs,
+            changelog_records=result.changelog_records,
+            restored=result.restored,
+            duration_s=round(result.duration_s, 2),
         )
         return result
 
@@ -513,7 +537,8 @@ class TopologyRunner:
         for progress in query.recentProgress or []:
             durations = progress.get("durationMs") or {}
             _log.info(
-                "spark_batch_timings", batch=progress.get("batchId"),
+                "spark_batch_timings",
+                batch=progress.get("batchId"),
                 input_rows=progress.get("numInputRows"),
                 **{f"{name}_ms": value for name, value in sorted(durations.items())},
             )
@@ -606,9 +631,7 @@ class TopologyRunner:
             self._spark = None
 
 
-def run_topology(
-    topology: Topology | str, settings: RunSettings, **kwargs: Any
-) -> RunResult:
+def run_topology(topology: Topology | str, settings: RunSettings, **kwargs: Any) -> RunResult:
     """Convenience: plan, start and run a topology to completion."""
     if settings.trigger_interval_s <= 0:
         raise ConfigError(f"trigger interval must be > 0 s, got {settings.trigger_interval_s}")

@@ -65,7 +65,11 @@ def _compiled_zip(source_zip: Path, target: Path) -> None:
         with warnings.catch_warnings():  # pyspark's own tests have SyntaxWarnings
             warnings.simplefilter("ignore")
             ok = compileall.compile_dir(
-                tmp, quiet=2, legacy=True, workers=1, rx=_NOT_COMPILED,
+                tmp,
+                quiet=2,
+                legacy=True,
+                workers=1,
+                rx=_NOT_COMPILED,
                 invalidation_mode=PycInvalidationMode.UNCHECKED_HASH,
             )
         if not ok:
@@ -118,7 +122,10 @@ def compiled_spark_home() -> str | None:
             _build(installed, destination)
             _log.info("compiled_spark_home_built", path=str(destination))
         except OSError as exc:
-            _log.warning("compiled_spark_home_unavailable", error=str(exc),
-                         detail="Python workers compile pyspark from its zip instead")
+            _log.warning(
+                "compiled_spark_home_unavailable",
+                error=str(exc),
+                detail="Python workers compile pyspark from its zip instead",
+            )
             return None
     return str(destination)

@@ -220,9 +220,13 @@ def run_task(
     duration_ms = (time.monotonic() - started) * 1000
     if records or stats.changelog_records or stats.outputs:
         get_logger("processor_api.spark_task", task=task_id).info(
-            "task_batch_done", records=len(records), processed=stats.processed,
-            outputs=stats.outputs, changelog_records=stats.changelog_records,
-            stream_time=stats.metadata.stream_time, duration_ms=round(duration_ms, 1),
+            "task_batch_done",
+            records=len(records),
+            processed=stats.processed,
+            outputs=stats.outputs,
+            changelog_records=stats.changelog_records,
+            stream_time=stats.metadata.stream_time,
+            duration_ms=round(duration_ms, 1),
         )
     yield pd.DataFrame(
         {
@@ -293,8 +297,10 @@ class _TaskBatch:
         adopted.extra["marker_end"] = marker.offset + 1
         adopted.extra["sequence"] = marker.sequence
         self.log.warning(
-            "committed_transaction_adopted", sequence=marker.sequence,
-            state_sequence=metadata.extra.get("sequence", 0), positions=adopted.input_positions,
+            "committed_transaction_adopted",
+            sequence=marker.sequence,
+            state_sequence=metadata.extra.get("sequence", 0),
+            positions=adopted.input_positions,
             detail="the last batch committed its transaction but not its Spark state: "
             "records it processed are skipped",
         )
@@ -313,10 +319,12 @@ class _TaskBatch:
             task_id=self.task_id,
             partition=self.partition,
             directory=self.directory,
-            builders={name: runtime.topology.store_builders[name]
-                      for name in self.subtopology.store_names},
-            changelog_topics={name: changelog_topic(self.app_id, name)
-                              for name in self.subtopology.store_names},
+            builders={
+                name: runtime.topology.store_builders[name] for name in self.subtopology.store_names
+            },
+            changelog_topics={
+                name: changelog_topic(self.app_id, name) for name in self.subtopology.store_names
+            },
             timestamp_fn=lambda: 0,
         )
         task = Task(
@@ -336,8 +344,11 @@ class _TaskBatch:
             tracker.reset()
             if self.exactly_once:
                 transaction_step(
-                    "begin_transaction", transactional_id(self.app_id, self.task_id),
-                    spec.bootstrap_servers, None, tracker.producer.begin_transaction,
+                    "begin_transaction",
+                    transactional_id(self.app_id, self.task_id),
+                    spec.bootstrap_servers,
+                    None,
+                    tracker.producer.begin_transaction,
                 )
                 in_transaction = True
             task.process_batch(records)
@@ -393,14 +404,18 @@ class _TaskBatch:
         topic = commit_marker_topic(self.app_id)
         partition = self.spec.task_ids.index(self.task_id)
         tracker.produce(
-            topic, self.task_id.encode(), marker_value(sequence, new_metadata.to_json()),
+            topic,
+            self.task_id.encode(),
+            marker_value(sequence, new_metadata.to_json()),
             partition=partition,
         )
         tracker.flush_and_check(self.spec.flush_timeout_s)
         marker_end = tracker.acked_end_offsets()[(topic, partition)]
         transaction_step(
-            "commit_transaction", transactional_id(self.app_id, self.task_id),
-            self.spec.bootstrap_servers, self.spec.flush_timeout_s,
+            "commit_transaction",
+            transactional_id(self.app_id, self.task_id),
+            self.spec.bootstrap_servers,
+            self.spec.flush_timeout_s,
             lambda: tracker.producer.commit_transaction(self.spec.flush_timeout_s),
         )
         new_metadata.extra["marker_end"] = marker_end

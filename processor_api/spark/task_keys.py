@@ -52,7 +52,7 @@ def spark_string_hash(text: str, seed: int = _SPARK_HASH_SEED) -> int:
     aligned = len(data) - len(data) % 4
     h1 = seed & _MASK
     for start in range(0, aligned, 4):
-        h1 = _mix_h1(h1, _mix_k1(int.from_bytes(data[start:start + 4], "little")))
+        h1 = _mix_h1(h1, _mix_k1(int.from_bytes(data[start : start + 4], "little")))
     for byte in data[aligned:]:
         signed = byte - 256 if byte > 127 else byte
         h1 = _mix_h1(h1, _mix_k1(signed & _MASK))

@@ -141,7 +141,10 @@ class TaskStores:
             if position is None or position > target:
                 reason = "unknown local position" if position is None else "local copy ahead"
                 self._log.warning(
-                    "store_wipe", store=name, local_offset=position, committed_offset=target,
+                    "store_wipe",
+                    store=name,
+                    local_offset=position,
+                    committed_offset=target,
                     reason=reason,
                 )
                 stack = self._wipe(name)
@@ -170,8 +173,12 @@ class TaskStores:
         topic = self._changelog_topics[name]
         started = time.monotonic()
         self._log.info(
-            "restore_start", store=name, topic=topic, partition=self.partition,
-            start_offset=start, end_offset=end,
+            "restore_start",
+            store=name,
+            topic=topic,
+            partition=self.partition,
+            start_offset=start,
+            end_offset=end,
         )
 
         raw = self.buffers[name].inner
@@ -183,8 +190,12 @@ class TaskStores:
         raw.flush()
         duration = time.monotonic() - started
         self._log.info(
-            "restore_done", store=name, topic=topic, partition=self.partition,
-            records=count, duration_s=round(duration, 3),
+            "restore_done",
+            store=name,
+            topic=topic,
+            partition=self.partition,
+            records=count,
+            duration_s=round(duration, 3),
             rate_per_s=round(count / duration) if duration > 0 else None,
         )
         return count

@@ -185,8 +185,12 @@ class TopologyTestDriver:
                 downstream = self._task_by_topic.get(record.topic)
                 if downstream is not None:
                     self._feed(
-                        downstream, record.topic, record.key, record.value,
-                        record.timestamp, record.headers,
+                        downstream,
+                        record.topic,
+                        record.key,
+                        record.value,
+                        record.timestamp,
+                        record.headers,
                     )
         for task in self._tasks:
             task.flush()

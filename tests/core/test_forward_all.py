@@ -75,13 +75,17 @@ class LongAsText(Serde):
     """A custom serde with the long wire format: never passed through (not built-in)."""
 
     def __init__(self):
-        super().__init__(struct.Struct(">q").pack, lambda data: struct.unpack(">q", data)[0],
-                         "long-as-text")
+        super().__init__(
+            struct.Struct(">q").pack, lambda data: struct.unpack(">q", data)[0], "long-as-text"
+        )
 
 
 def build(bulk, layout="sink", *, in_memory=False, caching=False, **options):
-    supplier = (Stores.in_memory_key_value_store("counts") if in_memory
-                else Stores.persistent_key_value_store("counts"))
+    supplier = (
+        Stores.in_memory_key_value_store("counts")
+        if in_memory
+        else Stores.persistent_key_value_store("counts")
+    )
     store = Stores.key_value_store_builder(supplier, Serdes.string(), Serdes.long())
     if caching:
         store.with_caching_enabled()
@@ -118,18 +122,33 @@ def build(bulk, layout="sink", *, in_memory=False, caching=False, **options):
     elif layout == "bytes-keys":
         topology.add_sink("out", "out", "snap", key_serde=Serdes.bytes(), value_serde=longs)
     elif layout == "partitioner":
-        topology.add_sink("out", "out", "snap", key_serde=keys, value_serde=longs,
-                          partitioner=lambda topic, key, value, count: 0)
+        topology.add_sink(
+            "out",
+            "out",
+            "snap",
+            key_serde=keys,
+            value_serde=longs,
+            partitioner=lambda topic, key, value, count: 0,
+        )
     elif layout == "extractor":
-        topology.add_sink("out", lambda record: "out", "snap", key_serde=keys,
-                          value_serde=longs)
+        topology.add_sink("out", lambda record: "out", "snap", key_serde=keys, value_serde=longs)
     else:
         raise AssertionError(layout)
     return topology, processors
 
 
-INPUT = [("b", "x", 1), ("a", "x", 3), ("c", "x", 5), ("a", "x", 12), ("é", "x", 13),
-         ("b", "del", 14), ("d", "x", 25), ("b", "x", 26), ("a", "del", 40), ("e", "x", 41)]
+INPUT = [
+    ("b", "x", 1),
+    ("a", "x", 3),
+    ("c", "x", 5),
+    ("a", "x", 12),
+    ("é", "x", 13),
+    ("b", "del", 14),
+    ("d", "x", 25),
+    ("b", "x", 26),
+    ("a", "del", 40),
+    ("e", "x", 41),
+]
 
 
 @pytest.fixture
@@ -172,8 +191,12 @@ def test_fast_path_to_a_sink_produces_the_stored_bytes(raw_sends, in_memory, cac
     last = [(r.key, r.value, r.timestamp) for r in outputs["out"][-4:]]
     pack = struct.Struct(">q").pack
     # the punctuation at 40 runs after "a" was deleted (a cache tombstone when caching)
-    assert last == [(b"b", pack(1), 40), (b"c", pack(1), 40), (b"d", pack(1), 40),
-                    ("é".encode(), pack(1), 40)]
+    assert last == [
+        (b"b", pack(1), 40),
+        (b"c", pack(1), 40),
+        (b"d", pack(1), 40),
+        ("é".encode(), pack(1), 40),
+    ]
     assert all(r.headers == () and r.partition is None for r in outputs["out"])
 
 
@@ -230,14 +253,21 @@ def make_task(topology, collector, task_dir, buffered=False):
         inner = BatchBufferBytesStore(builder.supplier.get(task_dir))
         return builder.build(timestamp_fn=timestamp_fn, inner=inner)
 
-    return Task(subtopology=sub, partition=0, store_builders=topology.store_builders,
-                store_factory=factory, collector=collector,
-                config=StreamsConfig(application_id="t"))
+    return Task(
+        subtopology=sub,
+        partition=0,
+        store_builders=topology.store_builders,
+        store_factory=factory,
+        collector=collector,
+        config=StreamsConfig(application_id="t"),
+    )
 
 
 def batch(records=INPUT):
-    return [InputRecord("in", 0, offset, timestamp, key.encode(), value.encode())
-            for offset, (key, value, timestamp) in enumerate(records)]
+    return [
+        InputRecord("in", 0, offset, timestamp, key.encode(), value.encode())
+        for offset, (key, value, timestamp) in enumerate(records)
+    ]
 
 
 def test_fast_path_sees_the_uncommitted_writes_of_a_batch_buffer(tmp_path, raw_sends):
@@ -255,8 +285,10 @@ def test_fast_path_sees_the_uncommitted_writes_of_a_batch_buffer(tmp_path, raw_s
 
 @pytest.mark.parametrize(
     ("bad_key", "bad_value", "error"),
-    [(b"\xff\xfe", struct.pack(">q", 1), "string serde cannot deserialize"),
-     (b"bad-length", b"\x00\x01", "long serde expects 8 bytes, got 2")],
+    [
+        (b"\xff\xfe", struct.pack(">q", 1), "string serde cannot deserialize"),
+        (b"bad-length", b"\x00\x01", "long serde expects 8 bytes, got 2"),
+    ],
 )
 def test_stored_bytes_the_serdes_reject_fail_as_in_a_loop(
     tmp_path, raw_sends, bad_key, bad_value, error
@@ -288,9 +320,11 @@ class BadCall(Snapshot):
 
 @pytest.mark.parametrize(
     ("child", "timestamp", "error", "match"),
-    [("nope", 1, ProcessingError, "forwarded to unknown child 'nope'"),
-     (None, -1, ValueError, "must be >= 0"),
-     (None, 1.5, TypeError, "must be an int")],
+    [
+        ("nope", 1, ProcessingError, "forwarded to unknown child 'nope'"),
+        (None, -1, ValueError, "must be >= 0"),
+        (None, 1.5, TypeError, "must be an int"),
+    ],
 )
 def test_unknown_child_and_bad_timestamp(tmp_path, child, timestamp, error, match):
     store = Stores.key_value_store_builder(

@@ -40,9 +40,7 @@ def build(interval, type_, registered, cancel_after=None):
     return (
         Topology()
         .add_source("src", "in", key_serde=Serdes.string(), value_serde=Serdes.string())
-        .add_processor(
-            "proc", lambda: Recorder(interval, type_, cancel_after, registered), "src"
-        )
+        .add_processor("proc", lambda: Recorder(interval, type_, cancel_after, registered), "src")
     )
 
 
@@ -173,14 +171,23 @@ def test_punctuation_forward_reaches_sink_with_punctuation_context():
         out = driver.create_output_topic("ticks")
         records = out.read_records_to_list()
     assert [(r.key, r.value, r.timestamp) for r in records] == [
-        ("tick", 3, 3), ("tick", 12, 12), ("tick", 31, 31)
+        ("tick", 3, 3),
+        ("tick", 12, 12),
+        ("tick", 31, 31),
     ]
 
 
 @pytest.mark.parametrize(
     "due,interval,now,expected",
-    [(0, 10, 20, 30), (30, 10, 142, 150), (150, 10, 155, 160), (10, 10, 100, 110),
-     (140, 10, 235, 240), (0, 10, 0, 10), (0, 10, 9, 10)],
+    [
+        (0, 10, 20, 30),
+        (30, 10, 142, 150),
+        (150, 10, 155, 160),
+        (10, 10, 100, 110),
+        (140, 10, 235, 240),
+        (0, 10, 0, 10),
+        (0, 10, 9, 10),
+    ],
 )
 def test_next_due_after_skips_missed_intervals(due, interval, now, expected):
     assert next_due_after(due, interval, now) == expected
@@ -224,8 +231,9 @@ def test_stream_time_schedules_added_later_fire_on_their_own_grid():
         def on_slow(self, ts):
             fired.append(("slow", ts))
             if ts >= 100:  # registered from inside a punctuator: first due 0
-                self.context.schedule(7, PunctuationType.STREAM_TIME,
-                                      lambda t: fired.append(("seven", t)))
+                self.context.schedule(
+                    7, PunctuationType.STREAM_TIME, lambda t: fired.append(("seven", t))
+                )
 
         def process(self, record):
             if record.value == b"add":
@@ -239,11 +247,26 @@ def test_stream_time_schedules_added_later_fire_on_their_own_grid():
     topology = Topology().add_source("s", "in").add_processor("p", Adder, "s")
     with TopologyTestDriver(topology) as driver:
         topic = driver.create_input_topic("in")
-        for ts, value in ((1, b"-"), (10, b"add"), (12, b"-"), (15, b"-"), (101, b"-"),
-                          (102, b"-"), (108, b"cancel"), (130, b"-"), (220, b"-")):
+        for ts, value in (
+            (1, b"-"),
+            (10, b"add"),
+            (12, b"-"),
+            (15, b"-"),
+            (101, b"-"),
+            (102, b"-"),
+            (108, b"cancel"),
+            (130, b"-"),
+            (220, b"-"),
+        ):
             topic.pipe_input(b"k", value, timestamp=ts)
     assert fired == [
-        ("slow", 1), ("fast", 10), ("fast", 15),
-        ("fast", 101), ("slow", 101), ("seven", 101),  # due 20, due 100, then the new one
-        ("seven", 108), ("seven", 130), ("seven", 220),  # fast and slow cancelled at 108
+        ("slow", 1),
+        ("fast", 10),
+        ("fast", 15),
+        ("fast", 101),
+        ("slow", 101),
+        ("seven", 101),  # due 20, due 100, then the new one
+        ("seven", 108),
+        ("seven", 130),
+        ("seven", 220),  # fast and slow cancelled at 108
     ]

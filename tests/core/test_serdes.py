@@ -33,8 +33,14 @@ def test_none_is_null_both_ways():
 
 @pytest.mark.parametrize(
     "serde,bad",
-    [(Serdes.long(), "12"), (Serdes.long(), 2**63), (Serdes.integer(), 2**31),
-     (Serdes.string(), 5), (Serdes.bytes(), "x"), (Serdes.long(), True)],
+    [
+        (Serdes.long(), "12"),
+        (Serdes.long(), 2**63),
+        (Serdes.integer(), 2**31),
+        (Serdes.string(), 5),
+        (Serdes.bytes(), "x"),
+        (Serdes.long(), True),
+    ],
 )
 def test_wrong_types_raise_clear_errors(serde, bad):
     with pytest.raises(SerializationError, match=serde.name):
@@ -64,18 +70,55 @@ class _Number(int):
 
 _GENERIC = {
     serde.name: Serde(serde._serializer, serde._deserializer, serde.name)
-    for serde in (Serdes.string(), Serdes.bytes(), Serdes.integer(), Serdes.long(),
-                  Serdes.double(), Serdes.json())
+    for serde in (
+        Serdes.string(),
+        Serdes.bytes(),
+        Serdes.integer(),
+        Serdes.long(),
+        Serdes.double(),
+        Serdes.json(),
+    )
 }
 _OBJECTS = [
-    None, "", "héllo", "\ud800", _Text("sub"), 0, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63,
-    -(2**63), 2**63 - 1, _Number(3), True, 1.5, float("nan"), -0.0, b"", b"\x00\xff",
-    bytearray(b"ab"), memoryview(b"cd"), [1, 2], {"a": 1},
+    None,
+    "",
+    "héllo",
+    "\ud800",
+    _Text("sub"),
+    0,
+    -1,
+    2**31 - 1,
+    2**31,
+    -(2**31) - 1,
+    2**63,
+    -(2**63),
+    2**63 - 1,
+    _Number(3),
+    True,
+    1.5,
+    float("nan"),
+    -0.0,
+    b"",
+    b"\x00\xff",
+    bytearray(b"ab"),
+    memoryview(b"cd"),
+    [1, 2],
+    {"a": 1},
 ]
 _DATA = [
-    None, b"", b"abc", "héllo".encode(), b"\xff\xfe", b"\xed\xa0\x80", b"\x00" * 4, b"\x01" * 8,
-    b"\x7f\xf0\x00\x00\x00\x00\x00\x01", bytearray(b"\x00\x00\x00\x07"),
-    memoryview(b"\x00" * 8), b'{"a":1}', b"{oops",
+    None,
+    b"",
+    b"abc",
+    "héllo".encode(),
+    b"\xff\xfe",
+    b"\xed\xa0\x80",
+    b"\x00" * 4,
+    b"\x01" * 8,
+    b"\x7f\xf0\x00\x00\x00\x00\x00\x01",
+    bytearray(b"\x00\x00\x00\x07"),
+    memoryview(b"\x00" * 8),
+    b'{"a":1}',
+    b"{oops",
 ]
 
 

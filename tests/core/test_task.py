@@ -90,10 +90,15 @@ def test_task_id_and_offset_order_whatever_the_input_order():
 
 def test_co_partitioned_topics_smallest_timestamp_first():
     task = make_task(topology("a", "b"), Clock())
-    task.process_batch([
-        raw("a", 0, 10, "a0"), raw("a", 1, 30, "a1"), raw("b", 0, 5, "b0"),
-        raw("b", 1, 20, "b1"), raw("b", 2, 40, "b2"),
-    ])
+    task.process_batch(
+        [
+            raw("a", 0, 10, "a0"),
+            raw("a", 1, 30, "a1"),
+            raw("b", 0, 5, "b0"),
+            raw("b", 1, 20, "b1"),
+            raw("b", 2, 40, "b2"),
+        ]
+    )
     assert [e[1] for e in Tracker.log if e[0] == "record"] == ["b0", "a0", "b1", "a1", "b2"]
 
 
@@ -150,7 +155,11 @@ def test_log_and_fail_names_topic_partition_offset_processor():
             if record.value == "bad":
                 raise ValueError("cannot handle bad")
 
-    top = Topology().add_source("s", "a", value_serde=Serdes.string()).add_processor("boom", Boom, "s")
+    top = (
+        Topology()
+        .add_source("s", "a", value_serde=Serdes.string())
+        .add_processor("boom", Boom, "s")
+    )
     task = make_task(top, Clock())
     with pytest.raises(ProcessingError) as info:
         task.process_batch([raw("a", 0, 1, "ok"), raw("a", 1, 2, "bad"), raw("a", 2, 3, "ok")])
@@ -162,19 +171,26 @@ def test_log_and_fail_names_topic_partition_offset_processor():
 
 def test_log_and_continue_with_dead_letter_topic():
     collector = ListCollector()
-    top = Topology().add_source("s", "a", value_serde=Serdes.json()).add_processor(
-        "p", Tracker, "s"
-    ).add_sink("k", "out", "p", value_serde=Serdes.json())
-    config = StreamsConfig.from_dict({
-        "application.id": "t",
-        "deserialization.exception.handler": "log_and_continue",
-        "dead_letter_topic": "dlq",
-    })
+    top = (
+        Topology()
+        .add_source("s", "a", value_serde=Serdes.json())
+        .add_processor("p", Tracker, "s")
+        .add_sink("k", "out", "p", value_serde=Serdes.json())
+    )
+    config = StreamsConfig.from_dict(
+        {
+            "application.id": "t",
+            "deserialization.exception.handler": "log_and_continue",
+            "dead_letter_topic": "dlq",
+        }
+    )
     task = make_task(top, Clock(), config=config, collector=collector)
-    task.process_batch([
-        InputRecord("a", 3, 0, 1, b"k", b"{not json", (("h", b"1"),)),
-        InputRecord("a", 3, 1, 2, b"k", json.dumps({"ok": 1}).encode(), ()),
-    ])
+    task.process_batch(
+        [
+            InputRecord("a", 3, 0, 1, b"k", b"{not json", (("h", b"1"),)),
+            InputRecord("a", 3, 1, 2, b"k", json.dumps({"ok": 1}).encode(), ()),
+        ]
+    )
     dead = [r for r in collector.records if r.topic == "dlq"]
     assert len(dead) == 1
     assert dead[0].value == b"{not json" and dead[0].key == b"k"
@@ -308,7 +324,8 @@ def test_changelog_records_carry_record_timestamps_and_tombstones():
     task.process_batch([raw("a", 0, 7, "v1"), raw("a", 1, 9, "delete")])
     changes = task.flush()
     assert [(c.key, c.value, c.timestamp) for c in changes["kv"]] == [
-        (b"k", b"v1", 7), (b"k", None, 9)
+        (b"k", b"v1", 7),
+        (b"k", None, 9),
     ]
     assert task.flush() == {}
 
@@ -346,8 +363,14 @@ def test_sink_serialization_error_names_the_sink(partitioner):
     top = (
         Topology()
         .add_source("s", "a", key_serde=Serdes.string(), value_serde=Serdes.string())
-        .add_sink("longs", "out", "s", key_serde=Serdes.string(), value_serde=Serdes.long(),
-                  partitioner=partitioner)
+        .add_sink(
+            "longs",
+            "out",
+            "s",
+            key_serde=Serdes.string(),
+            value_serde=Serdes.long(),
+            partitioner=partitioner,
+        )
     )
     task = make_task(top, Clock(), collector=collector)
     with pytest.raises(ProcessingError) as info:
@@ -364,8 +387,14 @@ def test_sink_output_records(partitioner):
     top = (
         Topology()
         .add_source("s", "a", key_serde=Serdes.string(), value_serde=Serdes.string())
-        .add_sink("out", "out", "s", key_serde=Serdes.string(), value_serde=Serdes.string(),
-                  partitioner=partitioner)
+        .add_sink(
+            "out",
+            "out",
+            "s",
+            key_serde=Serdes.string(),
+            value_serde=Serdes.string(),
+            partitioner=partitioner,
+        )
     )
     task = make_task(top, Clock(), collector=collector)
     task.process_batch([raw("a", 0, 7, "v", key="k")])

@@ -37,7 +37,9 @@ def test_processor_without_parent_has_no_path_from_a_source():
 
 def test_topic_claimed_by_two_sources():
     top = Topology().add_source("s1", "t")
-    with pytest.raises(TopologyError, match="topic 't' of source 's2' is already read by source 's1'"):
+    with pytest.raises(
+        TopologyError, match="topic 't' of source 's2' is already read by source 's1'"
+    ):
         top.add_source("s2", "x", "t")
 
 

@@ -50,8 +50,9 @@ def produce(
     count = 0
     for record in records:
         key, value, *partition = record
-        tracker.produce(topic, key, value, partition=partition[0] if partition else None,
-                        timestamp=timestamp)
+        tracker.produce(
+            topic, key, value, partition=partition[0] if partition else None, timestamp=timestamp
+        )
         count += 1
     tracker.flush_and_check(30)
     return count
@@ -73,13 +74,19 @@ class TopicReader:
     ) -> None:
         self.topic = topic
         self._key_fn, self._value_fn = key_fn, value_fn
-        self._consumer = Consumer(client_config(bootstrap, "test-reader", **{
-            "group.id": f"test-reader-{uid()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_uncommitted",
-            "fetch.wait.max.ms": 50,
-        }))
+        self._consumer = Consumer(
+            client_config(
+                bootstrap,
+                "test-reader",
+                **{
+                    "group.id": f"test-reader-{uid()}",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_uncommitted",
+                    "fetch.wait.max.ms": 50,
+                },
+            )
+        )
         self._lock = threading.Lock()
         self._records: list[tuple] = []
         self._errors: list[str] = []
@@ -117,13 +124,20 @@ class TopicReader:
                 continue
             error = message.error()
             if error is not None:
-                if error.code() not in (KafkaError._PARTITION_EOF,
-                                        KafkaError.UNKNOWN_TOPIC_OR_PART):
+                if error.code() not in (
+                    KafkaError._PARTITION_EOF,
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                ):
                     with self._lock:
                         self._errors.append(error.str())
                 continue
-            entry = (self._key_fn(message.key()), self._value_fn(message.value()),
-                     message.partition(), message.offset(), time.monotonic())
+            entry = (
+                self._key_fn(message.key()),
+                self._value_fn(message.value()),
+                message.partition(),
+                message.offset(),
+                time.monotonic(),
+            )
             with self._lock:
                 self._records.append(entry)
 
@@ -136,7 +150,9 @@ class TopicReader:
         return [(key, value) for key, value, *_ in self.records]
 
     def wait_for(
-        self, condition: Callable[[list[tuple]], bool], timeout_s: float,
+        self,
+        condition: Callable[[list[tuple]], bool],
+        timeout_s: float,
         while_alive: BackgroundRun | None = None,
     ) -> list[tuple]:
         """Wait until ``condition(records)`` holds; fail with what arrived otherwise.
@@ -150,8 +166,10 @@ class TopicReader:
                 return records
             if while_alive is not None and not while_alive.is_alive():
                 while_alive.check()
-                pytest.fail(f"the run ended before the expected records on {self.topic} "
-                            f"arrived; got {[(r[0], r[1]) for r in records]}")
+                pytest.fail(
+                    f"the run ended before the expected records on {self.topic} "
+                    f"arrived; got {[(r[0], r[1]) for r in records]}"
+                )
             if time.monotonic() > deadline:
                 pytest.fail(
                     f"expected records on {self.topic} did not arrive within {timeout_s:g}s; "
@@ -164,10 +182,17 @@ class TopicReader:
 class BackgroundRun:
     """``TopologyRunner(...).run()`` in a thread (continuous mode); stopped on exit."""
 
-    def __init__(self, topology: str, settings: RunSettings, *, spark: Any,
-                 topology_kwargs: dict[str, Any] | None = None) -> None:
-        self.runner = TopologyRunner(topology, settings, topology_kwargs=topology_kwargs,
-                                     spark=spark)
+    def __init__(
+        self,
+        topology: str,
+        settings: RunSettings,
+        *,
+        spark: Any,
+        topology_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.runner = TopologyRunner(
+            topology, settings, topology_kwargs=topology_kwargs, spark=spark
+        )
         self.result: RunResult | None = None
         self.error: BaseException | None = None
         self.stop_s: float | None = None
@@ -221,17 +246,28 @@ def settings_for(bootstrap: str, app_id: str, state_dir: Path, **overrides: Any)
     return RunSettings(**values)
 
 
-def run_cli(args: list[str], timeout_s: float, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], timeout_s: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m processor_api.cli ARGS`` from the repository root; stdout/stderr captured."""
     environment = dict(os.environ)
-    paths = [str(REPO_ROOT), *[p for p in environment.get("PYTHONPATH", "").split(os.pathsep)
-                               if p and p != str(REPO_ROOT)]]
+    paths = [
+        str(REPO_ROOT),
+        *[
+            p
+            for p in environment.get("PYTHONPATH", "").split(os.pathsep)
+            if p and p != str(REPO_ROOT)
+        ],
+    ]
     environment["PYTHONPATH"] = os.pathsep.join(paths)
     environment.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "processor_api.cli", *args],
-        cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=timeout_s,
+        cwd=REPO_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 
@@ -255,8 +291,16 @@ WORD_COUNT_LINES = [
 class WordCountRun:
     """What the local word count run saw: topics, output records, repartition records..."""
 
-    def __init__(self, input_topic: str, topics: dict[str, str], app_id: str, state_dir: Path,
-                 records: list[tuple], repartitioned: list[tuple], result: RunResult) -> None:
+    def __init__(
+        self,
+        input_topic: str,
+        topics: dict[str, str],
+        app_id: str,
+        state_dir: Path,
+        records: list[tuple],
+        repartitioned: list[tuple],
+        result: RunResult,
+    ) -> None:
         self.input_topic = input_topic
         self.topics = topics
         self.app_id = app_id
@@ -281,22 +325,28 @@ def word_count_local(kafka, spark, tmp_path_factory) -> WordCountRun:
     state_dir = tmp_path_factory.mktemp("word-count-local")
     kafka.create_topic(topics["input_topic"], 3)
     # every line on an explicit partition, so all three tasks of sub-topology 0 get input
-    produce(kafka.bootstrap_servers, topics["input_topic"],
-            [(f"line-{i}".encode(), line.encode(), i % 3)
-             for i, line in enumerate(WORD_COUNT_LINES)])
+    produce(
+        kafka.bootstrap_servers,
+        topics["input_topic"],
+        [(f"line-{i}".encode(), line.encode(), i % 3) for i, line in enumerate(WORD_COUNT_LINES)],
+    )
     total_words = sum(len(split_words(line)) for line in WORD_COUNT_LINES)
     settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
     with (
-        TopicReader(kafka.bootstrap_servers, topics["output_topic"], bytes.decode,
-                    Serdes.long().deserialize) as out,
-        TopicReader(kafka.bootstrap_servers, topics["repartition_topic"], bytes.decode,
-                    bytes.decode) as repartition,
+        TopicReader(
+            kafka.bootstrap_servers, topics["output_topic"], bytes.decode, Serdes.long().deserialize
+        ) as out,
+        TopicReader(
+            kafka.bootstrap_servers, topics["repartition_topic"], bytes.decode, bytes.decode
+        ) as repartition,
     ):
-        with BackgroundRun("topologies.word_count:build_topology", settings, spark=spark,
-                           topology_kwargs=topics) as run:
+        with BackgroundRun(
+            "topologies.word_count:build_topology", settings, spark=spark, topology_kwargs=topics
+        ) as run:
             out.wait_for(lambda r: len(r) >= total_words, timeout_s=120, while_alive=run)
             result = run.stop()
         records = out.records
         repartitioned = repartition.wait_for(lambda r: len(r) >= total_words, timeout_s=10)
-    return WordCountRun(topics["input_topic"], topics, app_id, state_dir, records,
-                        repartitioned, result)
+    return WordCountRun(
+        topics["input_topic"], topics, app_id, state_dir, records, repartitioned, result
+    )

@@ -23,17 +23,29 @@ def _error_line(stderr: str) -> str:
     """The ``run-topology: error: ...`` / ``run-topology: failed: ...`` line on stderr."""
     lines = [line for line in stderr.splitlines() if line.startswith("run-topology: ")]
     if not lines:
-        raised = [line for line in stderr.splitlines()
-                  if re.match(r"^[\w.]+(Error|Exception): ", line)]
-        pytest.fail("run-topology printed no 'run-topology: ...' error line; the last "
-                    "exception lines on its stderr were:\n" + "\n".join(raised[-3:])
-                    + f"\n--- stderr tail ---\n{stderr[-1500:]}")
+        raised = [
+            line for line in stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", line)
+        ]
+        pytest.fail(
+            "run-topology printed no 'run-topology: ...' error line; the last "
+            "exception lines on its stderr were:\n"
+            + "\n".join(raised[-3:])
+            + f"\n--- stderr tail ---\n{stderr[-1500:]}"
+        )
     return lines[-1]
 
 
 def test_bad_module_path_exits_2_naming_the_module(tmp_path):
-    result = run_cli(["no_such_module_x1:build_topology", "--bootstrap-servers", "127.0.0.1:1",
-                      "--state-dir", str(tmp_path)], timeout_s=60)
+    result = run_cli(
+        [
+            "no_such_module_x1:build_topology",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        timeout_s=60,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     line = _error_line(result.stderr)
     assert "no_such_module_x1" in line and "cannot import" in line
@@ -42,8 +54,9 @@ def test_bad_module_path_exits_2_naming_the_module(tmp_path):
 def test_unreachable_broker_exits_2_quickly_naming_the_address(tmp_path):
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     started = time.monotonic()
-    result = run_cli([WORD_COUNT, "--bootstrap-servers", address,
-                      "--state-dir", str(tmp_path)], timeout_s=60)
+    result = run_cli(
+        [WORD_COUNT, "--bootstrap-servers", address, "--state-dir", str(tmp_path)], timeout_s=60
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == 2, result.stderr[-3000:]
     assert address in _error_line(result.stderr)
@@ -52,11 +65,22 @@ def test_unreachable_broker_exits_2_quickly_naming_the_address(tmp_path):
 
 def test_missing_input_topic_exits_2_naming_the_topic(kafka, tmp_path):
     topic = f"missing-input-{uid()}"
-    result = run_cli([WORD_COUNT, "--bootstrap-servers", kafka.bootstrap_servers,
-                      "--topology-arg", f"input_topic={topic}",
-                      "--topology-arg", f"repartition_topic=missing-rep-{uid()}",
-                      "--topology-arg", f"output_topic=missing-out-{uid()}",
-                      "--state-dir", str(tmp_path)], timeout_s=60)
+    result = run_cli(
+        [
+            WORD_COUNT,
+            "--bootstrap-servers",
+            kafka.bootstrap_servers,
+            "--topology-arg",
+            f"input_topic={topic}",
+            "--topology-arg",
+            f"repartition_topic=missing-rep-{uid()}",
+            "--topology-arg",
+            f"output_topic=missing-out-{uid()}",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        timeout_s=60,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     line = _error_line(result.stderr)
     assert topic in line and "do not exist" in line
@@ -72,33 +96,59 @@ def test_poison_record_fails_with_log_and_fail_and_is_skipped_with_log_and_conti
     run_id = uid()
     input_topic = f"poison-in-{run_id}"
     kafka.create_topic(input_topic, 1)
-    produce(kafka.bootstrap_servers, input_topic, [
-        (b"a", GOOD_LINES[0].encode(), 0),
-        (b"b", POISON, 0),  # offset 1
-        (b"c", GOOD_LINES[1].encode(), 0),
-        (b"d", GOOD_LINES[2].encode(), 0),
-    ])
+    produce(
+        kafka.bootstrap_servers,
+        input_topic,
+        [
+            (b"a", GOOD_LINES[0].encode(), 0),
+            (b"b", POISON, 0),  # offset 1
+            (b"c", GOOD_LINES[1].encode(), 0),
+            (b"d", GOOD_LINES[2].encode(), 0),
+        ],
+    )
 
     def cli(attempt: str, *extra: str):
-        return run_cli([
-            WORD_COUNT, "--bootstrap-servers", kafka.bootstrap_servers,
-            "--application-id", f"poison-{attempt}-{run_id}",
-            "--state-dir", str(tmp_path / "state"), "--master", "local[2]",
-            "--available-now", "--trigger-interval", "0.5",
-            "--topology-arg", f"input_topic={input_topic}",
-            "--topology-arg", f"repartition_topic=poison-rep-{attempt}-{run_id}",
-            "--topology-arg", f"output_topic=poison-out-{attempt}-{run_id}",
-            *extra,
-        ], timeout_s=240)
+        return run_cli(
+            [
+                WORD_COUNT,
+                "--bootstrap-servers",
+                kafka.bootstrap_servers,
+                "--application-id",
+                f"poison-{attempt}-{run_id}",
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--master",
+                "local[2]",
+                "--available-now",
+                "--trigger-interval",
+                "0.5",
+                "--topology-arg",
+                f"input_topic={input_topic}",
+                "--topology-arg",
+                f"repartition_topic=poison-rep-{attempt}-{run_id}",
+                "--topology-arg",
+                f"output_topic=poison-out-{attempt}-{run_id}",
+                *extra,
+            ],
+            timeout_s=240,
+        )
 
     # default handler log_and_fail: the run stops, exit 1, the message locates the record
     failed = cli("fail")
     assert failed.returncode == 1, failed.stderr[-3000:]
-    coordinates = (f"topic={input_topic}", "partition=0", "offset=1", "processor=lines-source",
-                   "cannot deserialize", "SerializationError", "utf-8")
+    coordinates = (
+        f"topic={input_topic}",
+        "partition=0",
+        "offset=1",
+        "processor=lines-source",
+        "cannot deserialize",
+        "SerializationError",
+        "utf-8",
+    )
     # the task's error reached the driver ...
-    assert any(all(part in text for part in coordinates)
-               for text in failed.stderr.splitlines()), failed.stderr[-3000:]
+    assert any(all(part in text for part in coordinates) for text in failed.stderr.splitlines()), (
+        failed.stderr[-3000:]
+    )
     # nothing was committed: the failed micro-batch is the first one and it has no commit
     commits = tmp_path / "state" / f"poison-fail-{run_id}" / "_spark_checkpoint" / "commits"
     assert not commits.exists() or not any(commits.iterdir())
@@ -113,8 +163,12 @@ def test_poison_record_fails_with_log_and_fail_and_is_skipped_with_log_and_conti
     assert passed.returncode == 0, passed.stderr[-3000:]
     assert "deserialization_failed_record_skipped" in passed.stderr
     expected = Counter(word for line in GOOD_LINES for word in split_words(line))
-    with TopicReader(kafka.bootstrap_servers, f"poison-out-continue-{run_id}", bytes.decode,
-                     Serdes.long().deserialize) as out:
+    with TopicReader(
+        kafka.bootstrap_servers,
+        f"poison-out-continue-{run_id}",
+        bytes.decode,
+        Serdes.long().deserialize,
+    ) as out:
         records = out.wait_for(lambda r: len(r) >= sum(expected.values()), timeout_s=20)
     latest: dict[str, int] = {}
     for word, count, *_ in records:

@@ -63,18 +63,31 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
     total = sum(expected.values())
     long = Serdes.long()
     run_id = uid()
-    topics = {"input_topic": local.input_topic,
-              "repartition_topic": f"lc-rep-{run_id}", "output_topic": f"lc-out-{run_id}"}
+    topics = {
+        "input_topic": local.input_topic,
+        "repartition_topic": f"lc-rep-{run_id}",
+        "output_topic": f"lc-out-{run_id}",
+    }
 
     # local-cluster: two executor JVMs, run-topology in a subprocess
     cluster_app = f"lc-cluster-{run_id}"
     marker = f"-Dprocessor_api.test.run={run_id}"
-    args = ["topologies.word_count:build_topology",
-            "--bootstrap-servers", kafka.bootstrap_servers,
-            "--application-id", cluster_app, "--state-dir", str(tmp_path / "cluster"),
-            "--master", "local-cluster[2,1,1024]", "--available-now",
-            "--trigger-interval", "0.5",
-            "--spark-conf", f"spark.executor.extraJavaOptions={marker}"]
+    args = [
+        "topologies.word_count:build_topology",
+        "--bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--application-id",
+        cluster_app,
+        "--state-dir",
+        str(tmp_path / "cluster"),
+        "--master",
+        "local-cluster[2,1,1024]",
+        "--available-now",
+        "--trigger-interval",
+        "0.5",
+        "--spark-conf",
+        f"spark.executor.extraJavaOptions={marker}",
+    ]
     for key, value in topics.items():
         args += ["--topology-arg", f"{key}={value}"]
     try:
@@ -89,8 +102,9 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
     finally:
         for app_dir in {d.parent for d in _executor_dirs(marker)}:
             shutil.rmtree(app_dir, ignore_errors=True)
-    with TopicReader(kafka.bootstrap_servers, topics["output_topic"], bytes.decode,
-                     long.deserialize) as out:
+    with TopicReader(
+        kafka.bootstrap_servers, topics["output_topic"], bytes.decode, long.deserialize
+    ) as out:
         cluster_records = out.wait_for(lambda r: len(r) >= total, timeout_s=30)
 
     # same outputs: per word the counts 1..n, in order; same final stores; both = Counter
@@ -98,8 +112,8 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
     assert _counts_by_word(cluster_records) == _counts_by_word(local.records)
     finals = {word: counts[-1] for word, counts in _counts_by_word(cluster_records).items()}
     assert finals == dict(expected)
-    stores = [read_local_store(directory, app, "counts-store", Serdes.string(), long)
-              for directory, app in ((local.state_dir, local.app_id),
-                                     (tmp_path / "cluster", cluster_app))]
+    stores = [
+        read_local_store(directory, app, "counts-store", Serdes.string(), long)
+        for directory, app in ((local.state_dir, local.app_id), (tmp_path / "cluster", cluster_app))
+    ]
     assert stores[0] == stores[1] == dict(expected)
-

@@ -43,16 +43,20 @@ def test_restart_reuses_local_stores_and_restores_wiped_ones(kafka, spark, tmp_p
     sent: list[tuple[str, int]] = []
 
     def run_with(events: list[tuple[str, int]]):
-        produce(kafka.bootstrap_servers, input_topic, [
-            (p.encode(), json.dumps({"product": p, "value": v}).encode()) for p, v in events
-        ])
+        produce(
+            kafka.bootstrap_servers,
+            input_topic,
+            [(p.encode(), json.dumps({"product": p, "value": v}).encode()) for p, v in events],
+        )
         sent.extend(events)
-        with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode,
-                         json.loads) as out:
-            with BackgroundRun("topologies.sales_aggregation:build_topology", settings,
-                               spark=spark, topology_kwargs=kwargs) as run:
-                records = out.wait_for(lambda r: len(r) >= len(sent), timeout_s=90,
-                                       while_alive=run)
+        with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
+            with BackgroundRun(
+                "topologies.sales_aggregation:build_topology",
+                settings,
+                spark=spark,
+                topology_kwargs=kwargs,
+            ) as run:
+                records = out.wait_for(lambda r: len(r) >= len(sent), timeout_s=90, while_alive=run)
                 result = run.stop()
         latest = {}
         for key, value, *_ in sorted(records, key=lambda r: (r[2], r[3])):

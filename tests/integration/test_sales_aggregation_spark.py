@@ -28,15 +28,21 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
     app_id = f"sales-{run_id}"
     kafka.create_topic(input_topic, 3)
     kafka.create_topic(output_topic, 3)
-    produce(kafka.bootstrap_servers, input_topic, [
-        (product.encode(), json.dumps({"product": product, "value": value}).encode())
-        for product, value in SEED_EVENTS
-    ])
+    produce(
+        kafka.bootstrap_servers,
+        input_topic,
+        [
+            (product.encode(), json.dumps({"product": product, "value": value}).encode())
+            for product, value in SEED_EVENTS
+        ],
+    )
 
     settings = settings_for(kafka.bootstrap_servers, app_id, tmp_path / "state")
     with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
         with BackgroundRun(
-            "topologies.sales_aggregation:build_topology", settings, spark=spark,
+            "topologies.sales_aggregation:build_topology",
+            settings,
+            spark=spark,
             topology_kwargs={"input_topic": input_topic, "output_topic": output_topic},
         ) as run:
             out.wait_for(lambda records: len(records) >= 2, timeout_s=30, while_alive=run)
@@ -51,6 +57,7 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
         ("product2", {"product": "product2", "value": 2300}),
     ]
     assert result.records == 5 and result.outputs == 2
-    totals = read_local_store(tmp_path / "state", app_id, "PRODUCT_AGGREGATED_SALES",
-                              Serdes.string(), Serdes.long())
+    totals = read_local_store(
+        tmp_path / "state", app_id, "PRODUCT_AGGREGATED_SALES", Serdes.string(), Serdes.long()
+    )
     assert totals == {"product1": 2500, "product2": 2300, "product5": 1000}

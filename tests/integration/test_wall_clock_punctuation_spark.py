@@ -29,14 +29,20 @@ def test_wall_clock_punctuation_fires_in_a_task_without_input(kafka, spark, tmp_
 
     with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, long.deserialize) as out:
         with BackgroundRun(
-            "tests.integration.topologies_for_tests:build_ticker", settings, spark=spark,
-            topology_kwargs={"input_topic": input_topic, "output_topic": output_topic,
-                             "interval_ms": INTERVAL_MS},
+            "tests.integration.topologies_for_tests:build_ticker",
+            settings,
+            spark=spark,
+            topology_kwargs={
+                "input_topic": input_topic,
+                "output_topic": output_topic,
+                "interval_ms": INTERVAL_MS,
+            },
         ) as run:
             # three ticks of the idle task: it was woken again and again, not only once
             records = out.wait_for(
                 lambda r: len(ticks_of(r, "0_1")) >= 3 and len(ticks_of(r, "0_0")) >= 1,
-                timeout_s=60, while_alive=run,
+                timeout_s=60,
+                while_alive=run,
             )
             run.stop()
 

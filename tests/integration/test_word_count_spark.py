@@ -44,6 +44,7 @@ def test_word_count_over_three_partitions_equals_a_counter(word_count_local):
 
     # both sub-topologies processed: lines (sub-topology 0) + words (sub-topology 1)
     assert run.result.records == len(WORD_COUNT_LINES) + total_words
-    store = read_local_store(run.state_dir, run.app_id, "counts-store",
-                             Serdes.string(), Serdes.long())
+    store = read_local_store(
+        run.state_dir, run.app_id, "counts-store", Serdes.string(), Serdes.long()
+    )
     assert store == dict(expected)

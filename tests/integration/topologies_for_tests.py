@@ -47,6 +47,7 @@ def build_ticker(
         Topology()
         .add_source("in", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string())
         .add_processor("ticker", lambda: WallClockTicker(interval_ms), "in")
-        .add_sink("ticks", output_topic, "ticker",
-                  key_serde=Serdes.string(), value_serde=Serdes.long())
+        .add_sink(
+            "ticks", output_topic, "ticker", key_serde=Serdes.string(), value_serde=Serdes.long()
+        )
     )

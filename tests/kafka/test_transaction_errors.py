@@ -26,9 +26,13 @@ def test_init_transactions_without_a_broker_names_id_broker_and_timeout(tmp_path
 
 def test_a_fenced_commit_says_another_producer_took_over():
     def fenced() -> None:
-        raise KafkaException(KafkaError(KafkaError._FENCED, "Producer fenced by newer instance",
-                                        fatal=True))
+        raise KafkaException(
+            KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True)
+        )
 
-    with pytest.raises(StreamsError, match=r"commit_transaction of transactional id 'app-0_0' "
-                       r"on b:9092 failed within 5s: _FENCED: .*another producer"):
+    with pytest.raises(
+        StreamsError,
+        match=r"commit_transaction of transactional id 'app-0_0' "
+        r"on b:9092 failed within 5s: _FENCED: .*another producer",
+    ):
         transaction_step("commit_transaction", "app-0_0", "b:9092", 5.0, fenced)

@@ -95,6 +95,7 @@ def parse_log_line(line: str) -> dict[str, Any] | None:
 
 # ----------------------------------------------------------------------------- process tree
 
+
 def _proc_table() -> dict[int, tuple[int, int]]:
     """pid -> (ppid, pgid) of every process we can see."""
     table = {}
@@ -106,7 +107,7 @@ def _proc_table() -> dict[int, tuple[int, int]]:
                 stat = handle.read().decode(errors="replace")
         except OSError:
             continue
-        fields_ = stat[stat.rfind(")") + 2:].split()
+        fields_ = stat[stat.rfind(")") + 2 :].split()
         table[int(entry)] = (int(fields_[1]), int(fields_[2]))
     return table
 
@@ -155,6 +156,7 @@ def _alive(pid: int) -> bool:
 
 # ----------------------------------------------------------------------------- the CLI run
 
+
 class RunEnded(Exception):
     """The process exited before the awaited event appeared."""
 
@@ -190,17 +192,29 @@ class CliRun:
     # -- lifecycle
     def start(self) -> CliRun:
         environment = dict(os.environ)
-        paths = [str(REPO_ROOT), *[p for p in environment.get("PYTHONPATH", "").split(os.pathsep)
-                                   if p and p != str(REPO_ROOT)]]
+        paths = [
+            str(REPO_ROOT),
+            *[
+                p
+                for p in environment.get("PYTHONPATH", "").split(os.pathsep)
+                if p and p != str(REPO_ROOT)
+            ],
+        ]
         environment["PYTHONPATH"] = os.pathsep.join(paths)
         environment.update(self.extra_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.started_at = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "processor_api.cli", *self.args],
-            cwd=REPO_ROOT, env=environment, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", start_new_session=True, bufsize=1,
+            cwd=REPO_ROOT,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+            bufsize=1,
         )
         self._reader = threading.Thread(target=self._read, daemon=True, name="cli-stderr")
         self._reader.start()
@@ -280,8 +294,9 @@ class CliRun:
             code = self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill9()
-            raise TimeoutError(f"run-topology did not exit within {timeout_s:g}s; {self.tail()}"
-                               ) from None
+            raise TimeoutError(
+                f"run-topology did not exit within {timeout_s:g}s; {self.tail()}"
+            ) from None
         if self._reader is not None:
             self._reader.join(30)
         return code
@@ -350,10 +365,23 @@ def cli_args(
     extra: Iterable[str] = (),
 ) -> list[str]:
     args = [
-        topology, "--bootstrap-servers", bootstrap, "--application-id", app_id,
-        "--state-dir", str(state_dir), "--master", "local[2]", "--log-format", "json",
-        "--processing-guarantee", guarantee, "--trigger-interval", "0.5",
-        "--spark-conf", "spark.ui.showConsoleProgress=false",
+        topology,
+        "--bootstrap-servers",
+        bootstrap,
+        "--application-id",
+        app_id,
+        "--state-dir",
+        str(state_dir),
+        "--master",
+        "local[2]",
+        "--log-format",
+        "json",
+        "--processing-guarantee",
+        guarantee,
+        "--trigger-interval",
+        "0.5",
+        "--spark-conf",
+        "spark.ui.showConsoleProgress=false",
     ]
     if checkpoint_dir is not None:
         args += ["--checkpoint-dir", str(checkpoint_dir)]
@@ -371,6 +399,7 @@ def cli_args(
 
 # ------------------------------------------------------------------------------ input data
 
+
 @dataclass(frozen=True)
 class Sale:
     product: str
@@ -378,8 +407,9 @@ class Sale:
     timestamp: int
 
 
-def make_sales(count: int, products: int, seed: int, start_ts: int = 1_700_000_000_000
-               ) -> list[Sale]:
+def make_sales(
+    count: int, products: int, seed: int, start_ts: int = 1_700_000_000_000
+) -> list[Sale]:
     """``count`` sales over ``products`` products, values 1..199 (deterministic)."""
     rnd = random.Random(seed)
     names = [f"product-{i:04d}" for i in range(products)]
@@ -405,10 +435,19 @@ def produce_records(
 
 def produce_sales(bootstrap: str, topic: str, sales: list[Sale]) -> int:
     """The seed's wire format: key = product, value = JSON ``{"product", "value"}`` string."""
-    return produce_records(bootstrap, topic, (
-        (s.product.encode(), json.dumps({"product": s.product, "value": s.value}).encode(),
-         None, s.timestamp) for s in sales
-    ))
+    return produce_records(
+        bootstrap,
+        topic,
+        (
+            (
+                s.product.encode(),
+                json.dumps({"product": s.product, "value": s.value}).encode(),
+                None,
+                s.timestamp,
+            )
+            for s in sales
+        ),
+    )
 
 
 def fold_totals(sales: Iterable[Sale]) -> dict[str, int]:
@@ -418,8 +457,9 @@ def fold_totals(sales: Iterable[Sale]) -> dict[str, int]:
     return dict(totals)
 
 
-def expected_notifications(sales: Iterable[Sale], threshold: int = THRESHOLD
-                           ) -> dict[str, list[int]]:
+def expected_notifications(
+    sales: Iterable[Sale], threshold: int = THRESHOLD
+) -> dict[str, list[int]]:
     """Per product, the running totals >= ``threshold`` in input order (one per update).
 
     All sales of a product have the same key, so they are in one partition, in produce order.
@@ -434,6 +474,7 @@ def expected_notifications(sales: Iterable[Sale], threshold: int = THRESHOLD
 
 
 # --------------------------------------------------------------------------- reading topics
+
 
 @dataclass
 class ReadRecord:
@@ -454,13 +495,19 @@ def read_topic(
     """Every record a consumer with ``isolation`` gets, from offset 0 to the end (EOF on every
     partition; under ``read_committed`` the end is the last stable offset)."""
     partitions = topic_partitions(bootstrap, [topic])[topic]
-    consumer = Consumer(client_config(bootstrap, "reliability-reader", **{
-        "group.id": f"reliability-{uid()}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": isolation,
-        "fetch.wait.max.ms": 50,
-    }))
+    consumer = Consumer(
+        client_config(
+            bootstrap,
+            "reliability-reader",
+            **{
+                "group.id": f"reliability-{uid()}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": isolation,
+                "fetch.wait.max.ms": 50,
+            },
+        )
+    )
     records: list[ReadRecord] = []
     done: set[int] = set()
     deadline = time.monotonic() + timeout_s
@@ -468,8 +515,10 @@ def read_topic(
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         while len(done) < partitions:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: partitions {sorted(done)} of "
-                                   f"{partitions} reached their end within {timeout_s:g}s")
+                raise TimeoutError(
+                    f"reading {topic}: partitions {sorted(done)} of "
+                    f"{partitions} reached their end within {timeout_s:g}s"
+                )
             for message in consumer.consume(10_000, timeout=0.5):
                 error = message.error()
                 if error is not None:
@@ -478,14 +527,22 @@ def read_topic(
                         continue
                     raise RuntimeError(f"reading {topic}: {error}")
                 done.discard(message.partition())
-                records.append(ReadRecord(message.partition(), message.offset(), message.key(),
-                                          message.value(), list(message.headers() or [])))
+                records.append(
+                    ReadRecord(
+                        message.partition(),
+                        message.offset(),
+                        message.key(),
+                        message.value(),
+                        list(message.headers() or []),
+                    )
+                )
     finally:
         consumer.close()
     return records
 
 
 # ----------------------------------------------------- raw log: transaction status of records
+
 
 class _Buffer:
     def __init__(self, data: bytes) -> None:
@@ -494,7 +551,7 @@ class _Buffer:
     def take(self, n: int) -> bytes:
         if self.pos + n > len(self.data):
             raise EOFError
-        chunk = self.data[self.pos:self.pos + n]
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -543,8 +600,14 @@ def _kafka_string(text: str) -> bytes:
     return struct.pack(">h", len(raw)) + raw
 
 
-def _fetch_raw(sock: socket.socket, topic: str, partition: int, offset: int,
-               max_bytes: int = 8_000_000, max_wait_ms: int = 0) -> tuple[int, int, bytes]:
+def _fetch_raw(
+    sock: socket.socket,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int = 8_000_000,
+    max_wait_ms: int = 0,
+) -> tuple[int, int, bytes]:
     """One Fetch v4 (read_uncommitted) request: (error code, high watermark, record bytes)."""
     body = struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, 0)
     body += struct.pack(">i", 1) + _kafka_string(topic)
@@ -596,8 +659,9 @@ def _batches(data: bytes) -> Iterator[RawBatch]:
         buffer.i16(), buffer.i32()  # epoch, base sequence
         count = buffer.i32()
         if magic != 2 or attributes & 7:
-            raise ValueError(f"unsupported batch at offset {base}: magic {magic}, "
-                             f"compression {attributes & 7}")
+            raise ValueError(
+                f"unsupported batch at offset {base}: magic {magic}, compression {attributes & 7}"
+            )
         records = []
         for _ in range(count):
             length_ = buffer.varint()
@@ -609,12 +673,19 @@ def _batches(data: bytes) -> Iterator[RawBatch]:
             buffer.pos = record_end
             records.append((base + offset_delta, key, value))
         buffer.pos = end
-        yield RawBatch(base, base + last_delta, producer_id, bool(attributes & 16),
-                       bool(attributes & 32), records)
+        yield RawBatch(
+            base,
+            base + last_delta,
+            producer_id,
+            bool(attributes & 16),
+            bool(attributes & 32),
+            records,
+        )
 
 
-def transaction_status(bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
-                       ) -> dict[int, str]:
+def transaction_status(
+    bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
+) -> dict[int, str]:
     """offset -> ``plain`` | ``committed`` | ``aborted`` | ``open`` for every data record of
     one partition, from the control records (COMMIT/ABORT markers) in the raw log."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
@@ -624,8 +695,9 @@ def transaction_status(bootstrap: str, topic: str, partition: int, timeout_s: fl
     deadline = time.monotonic() + timeout_s
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         while True:
-            error, high_watermark, data = _fetch_raw(sock, topic, partition, offset,
-                                                     max_wait_ms=100)
+            error, high_watermark, data = _fetch_raw(
+                sock, topic, partition, offset, max_wait_ms=100
+            )
             if error:
                 raise RuntimeError(f"raw fetch {topic}[{partition}]@{offset}: error {error}")
             progressed = False
@@ -681,8 +753,9 @@ class OutputWatch:
         for partition, offset in self.start.items():
             # max_wait 1 ms: Tansu returns nothing at all for max_wait 0, and with nothing
             # new it waits the whole max_wait (no wake-up on new data), measured
-            _, high_watermark, data = _fetch_raw(self.sock, self.topic, partition, offset,
-                                                 1_000_000, max_wait_ms=1)
+            _, high_watermark, data = _fetch_raw(
+                self.sock, self.topic, partition, offset, 1_000_000, max_wait_ms=1
+            )
             if high_watermark <= offset:
                 continue
             for batch in _batches(data):
@@ -696,11 +769,15 @@ class OutputWatch:
 
 def topic_transaction_status(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
     partitions = topic_partitions(bootstrap, [topic])[topic]
-    return {(p, o): s for p in range(partitions)
-            for o, s in transaction_status(bootstrap, topic, p).items()}
+    return {
+        (p, o): s
+        for p in range(partitions)
+        for o, s in transaction_status(bootstrap, topic, p).items()
+    }
 
 
 # ------------------------------------------------------------------------------- comparison
+
 
 @dataclass
 class Comparison:
@@ -786,7 +863,8 @@ def compare(
         if (missing or extra or wrong) and len(result.examples) < 5:
             result.examples.append(
                 f"{product}: missing {sorted(missing.elements())[:5]} extra "
-                f"{sorted(extra.elements())[:5]} wrong {wrong[:5]}")
+                f"{sorted(extra.elements())[:5]} wrong {wrong[:5]}"
+            )
     last_ok = all(
         (seen.get(p) or [None])[-1] == total for p, total in totals.items() if total >= threshold
     )
@@ -799,8 +877,12 @@ def compare(
 def is_ok(comparison: Comparison, guarantee: str) -> bool:
     if guarantee == "exactly_once_v2":
         return comparison.equal and comparison.totals_equal
-    return (comparison.missing == 0 and comparison.wrong == 0
-            and comparison.order_violations == 0 and comparison.totals_equal)
+    return (
+        comparison.missing == 0
+        and comparison.wrong == 0
+        and comparison.order_violations == 0
+        and comparison.totals_equal
+    )
 
 
 # ------------------------------------------------------------------------- crash scenarios
@@ -879,26 +961,39 @@ class CrashScenario:
         self.state_dir = workdir / "state"
         self.checkpoint_dir = workdir / "spark-checkpoint"  # outside the state dir
         self.log_path = workdir / "run-topology.log"
-        self.report = CrashReport(guarantee, len(sales), len({s.product for s in sales}),
-                                  logs=str(self.log_path))
+        self.report = CrashReport(
+            guarantee, len(sales), len({s.product for s in sales}), logs=str(self.log_path)
+        )
 
     def args(self) -> list[str]:
-        topology_args: dict[str, Any] = {"input_topic": self.input_topic,
-                                         "output_topic": self.output_topic}
+        topology_args: dict[str, Any] = {
+            "input_topic": self.input_topic,
+            "output_topic": self.output_topic,
+        }
         if self.pause_ms:
             topology_args["pause_ms"] = self.pause_ms
         return cli_args(
-            PACED_SALES if self.pause_ms else SALES, self.bootstrap, self.app_id,
-            self.state_dir, self.checkpoint_dir, guarantee=self.guarantee,
-            max_records_per_batch=self.max_records_per_batch, topology_args=topology_args,
+            PACED_SALES if self.pause_ms else SALES,
+            self.bootstrap,
+            self.app_id,
+            self.state_dir,
+            self.checkpoint_dir,
+            guarantee=self.guarantee,
+            max_records_per_batch=self.max_records_per_batch,
+            topology_args=topology_args,
         )
 
     def setup(self) -> None:
         from processor_api.kafka.admin import TopicSpec, create_topics
 
-        create_topics(self.bootstrap, [TopicSpec(self.input_topic, self.partitions, {}),
-                                       TopicSpec(self.output_topic, self.partitions, {})],
-                      exist_ok=False)
+        create_topics(
+            self.bootstrap,
+            [
+                TopicSpec(self.input_topic, self.partitions, {}),
+                TopicSpec(self.output_topic, self.partitions, {}),
+            ],
+            exist_ok=False,
+        )
         produce_sales(self.bootstrap, self.input_topic, self.sales)
 
     # -- kill points
@@ -918,12 +1013,19 @@ class CrashScenario:
                 skip = self.rnd.randint(1, 2)
                 after = 0
                 for _ in range(skip):
-                    after = run.wait_event(
-                        lambda e: e.name == "batch_done" and e.event.get("records", 0) > 0,
-                        timeout, after).index + 1
+                    after = (
+                        run.wait_event(
+                            lambda e: e.name == "batch_done" and e.event.get("records", 0) > 0,
+                            timeout,
+                            after,
+                        ).index
+                        + 1
+                    )
                 hit = run.wait_event(
                     lambda e: e.name == "task_batch_done" and e.event.get("records", 0) > 0,
-                    timeout, after)
+                    timeout,
+                    after,
+                )
                 # kill once the next task has produced output records that are not committed
                 # yet (its open transaction, under exactly-once); if it produces none within
                 # the bound, kill anyway
@@ -941,8 +1043,11 @@ class CrashScenario:
                     watch.close()
                 if not run.is_alive():
                     raise RunEnded("ended while waiting for output")
-                record.detail = {"after_batches": skip, "task": hit.event.get("task"),
-                                 "output_in_flight": produced}
+                record.detail = {
+                    "after_batches": skip,
+                    "task": hit.event.get("task"),
+                    "output_in_flight": produced,
+                }
             elif kind == "between_batches":
                 skip = self.rnd.randint(0, 2)
                 after = 0
@@ -961,8 +1066,10 @@ class CrashScenario:
                 record.detail = {"batch": batch}
             elif kind == "restore":
                 hit = run.wait_event("restore_start", timeout)
-                record.detail = {"task": hit.event.get("task"),
-                                 "end_offset": hit.event.get("end_offset")}
+                record.detail = {
+                    "task": hit.event.get("task"),
+                    "end_offset": hit.event.get("end_offset"),
+                }
             else:
                 raise ValueError(kind)
         except RunEnded:
@@ -1010,8 +1117,9 @@ class CrashScenario:
 
         expected = expected_notifications(self.sales)
         totals = fold_totals(self.sales)
-        store = read_local_store(self.state_dir, self.app_id, SALES_STORE, Serdes.string(),
-                                 Serdes.long())
+        store = read_local_store(
+            self.state_dir, self.app_id, SALES_STORE, Serdes.string(), Serdes.long()
+        )
         self.report.store_totals_equal = store == totals
         records = read_topic(self.bootstrap, self.output_topic)
         status = topic_transaction_status(self.bootstrap, self.output_topic)
@@ -1020,8 +1128,9 @@ class CrashScenario:
         self.report.read_committed = compare(expected, visible, self.guarantee, totals, store)
         kept = [r for r in records if status.get((r.partition, r.offset)) != "aborted"]
         self.report.aborted_visible = len(records) - len(kept)
-        self.report.committed_only = compare(expected, notifications_by_product(kept),
-                                             self.guarantee, totals, store)
+        self.report.committed_only = compare(
+            expected, notifications_by_product(kept), self.guarantee, totals, store
+        )
         if self.guarantee == "exactly_once_v2":
             markers = topic_transaction_status(self.bootstrap, f"{self.app_id}-task-commits")
             self.report.aborted_markers = sum(1 for s in markers.values() if s == "aborted")
@@ -1029,6 +1138,7 @@ class CrashScenario:
 
 
 # ------------------------------------------------------------------------ committed records
+
 
 def committed_records(bootstrap: str, topic: str) -> tuple[list[ReadRecord], list[ReadRecord]]:
     """(records a Kafka-compliant ``read_committed`` reader gets, records Tansu's
@@ -1043,5 +1153,4 @@ def committed_records(bootstrap: str, topic: str) -> tuple[list[ReadRecord], lis
 def create_topics_now(bootstrap: str, topics: dict[str, int]) -> None:
     from processor_api.kafka.admin import TopicSpec, create_topics
 
-    create_topics(bootstrap, [TopicSpec(name, n, {}) for name, n in topics.items()],
-                  exist_ok=False)
+    create_topics(bootstrap, [TopicSpec(name, n, {}) for name, n in topics.items()], exist_ok=False)

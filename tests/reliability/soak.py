@@ -51,31 +51,61 @@ def verdict(report) -> bool:
 
 
 def table(reports) -> str:
-    header = ("guarantee", "view", "runs", "kills mid/betw/st_del/restore", "in output",
-              "restores hit",
-              "events", "expected", "seen", "missing", "extra", "wrong", "order",
-              "aborted shown", "totals equal", "ok")
+    header = (
+        "guarantee",
+        "view",
+        "runs",
+        "kills mid/betw/st_del/restore",
+        "in output",
+        "restores hit",
+        "events",
+        "expected",
+        "seen",
+        "missing",
+        "extra",
+        "wrong",
+        "order",
+        "aborted shown",
+        "totals equal",
+        "ok",
+    )
     rows = []
     for report in reports:
         kinds = report.kills_by_kind()
-        in_restore = sum(1 for k in report.kills if k.kind == "restore" and k.done
-                         and k.detail.get("in_flight"))
+        in_restore = sum(
+            1 for k in report.kills if k.kind == "restore" and k.done and k.detail.get("in_flight")
+        )
         mid = [k for k in report.kills if k.done and k.kind in ("mid_batch", "state_dir_deleted")]
         in_output = sum(1 for k in mid if k.detail.get("output_in_flight"))
-        for view, comparison in (("read_committed", report.read_committed),
-                                 ("committed txns", report.committed_only)):
+        for view, comparison in (
+            ("read_committed", report.read_committed),
+            ("committed txns", report.committed_only),
+        ):
             if view == "committed txns" and report.guarantee != "exactly_once_v2":
                 continue
-            rows.append((
-                report.guarantee, view, report.runs,
-                "/".join(str(kinds[k]) for k in ("mid_batch", "between_batches",
-                                                  "state_dir_deleted", "restore")),
-                f"{in_output}/{len(mid)}", f"{in_restore}/{kinds['restore']}", report.events,
-                comparison.expected, comparison.seen, comparison.missing, comparison.extra,
-                comparison.wrong, comparison.order_violations, report.aborted_visible,
-                comparison.totals_equal and report.store_totals_equal,
-                is_ok(comparison, report.guarantee) and report.store_totals_equal,
-            ))
+            rows.append(
+                (
+                    report.guarantee,
+                    view,
+                    report.runs,
+                    "/".join(
+                        str(kinds[k])
+                        for k in ("mid_batch", "between_batches", "state_dir_deleted", "restore")
+                    ),
+                    f"{in_output}/{len(mid)}",
+                    f"{in_restore}/{kinds['restore']}",
+                    report.events,
+                    comparison.expected,
+                    comparison.seen,
+                    comparison.missing,
+                    comparison.extra,
+                    comparison.wrong,
+                    comparison.order_violations,
+                    report.aborted_visible,
+                    comparison.totals_equal and report.store_totals_equal,
+                    is_ok(comparison, report.guarantee) and report.store_totals_equal,
+                )
+            )
     widths = [max(len(str(v)) for v in column) for column in zip(header, *rows, strict=True)]
     lines = ["  ".join(str(v).rjust(w) for v, w in zip(header, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
@@ -84,8 +114,9 @@ def table(reports) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.reliability.soak",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.reliability.soak", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--products", type=int, default=150)
     parser.add_argument("--kills", type=int, default=8)
@@ -93,14 +124,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--max-records-per-batch", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--pause-ms", type=float, default=0.0,
-                        help="> 0: run the paced twin of seed 000's topology (sleeps this long "
-                             "per record, same output) so mid-batch kills land inside open "
-                             "transactions")
-    parser.add_argument("--bootstrap-servers", default=None,
-                        help="an existing broker (default: an embedded Tansu broker)")
-    parser.add_argument("--workdir", default=None, help="state, checkpoints and logs "
-                        "(default: a temp dir, deleted unless --keep)")
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="> 0: run the paced twin of seed 000's topology (sleeps this long "
+        "per record, same output) so mid-batch kills land inside open "
+        "transactions",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="an existing broker (default: an embedded Tansu broker)",
+    )
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="state, checkpoints and logs (default: a temp dir, deleted unless --keep)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -124,9 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         for number, guarantee in enumerate(guarantees):
             log(f"{guarantee}: {args.events} events, {args.products} products, kills {plan}")
             scenario = CrashScenario(
-                bootstrap, workdir / guarantee, guarantee, sales,
-                partitions=args.partitions, max_records_per_batch=args.max_records_per_batch,
-                seed=args.seed * 100 + number, pause_ms=args.pause_ms, log=log,
+                bootstrap,
+                workdir / guarantee,
+                guarantee,
+                sales,
+                partitions=args.partitions,
+                max_records_per_batch=args.max_records_per_batch,
+                seed=args.seed * 100 + number,
+                pause_ms=args.pause_ms,
+                log=log,
             )
             report = scenario.run(plan)
             reports.append(report)
@@ -135,27 +182,44 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(reports))
     ok = all(verdict(r) for r in reports)
-    print(f"\nresult: {'OK' if ok else 'GUARANTEE BROKEN'}\n"
-          "  exactly-once is judged on committed transactions; 'aborted shown': records of "
-          "aborted transactions\n  that Tansu returns to read_committed readers; 'in output': "
-          "mid-batch kills made after the next\n  task's first output reached the log; "
-          "'restores hit': restore kills that landed before restore_done")
+    print(
+        f"\nresult: {'OK' if ok else 'GUARANTEE BROKEN'}\n"
+        "  exactly-once is judged on committed transactions; 'aborted shown': records of "
+        "aborted transactions\n  that Tansu returns to read_committed readers; 'in output': "
+        "mid-batch kills made after the next\n  task's first output reached the log; "
+        "'restores hit': restore kills that landed before restore_done"
+    )
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({
-            "command": " ".join([Path(sys.executable).name, "-m", "tests.reliability.soak",
-                                 *(argv if argv is not None else sys.argv[1:])]),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-            "duration_s": round(time.time() - started, 1),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "python": platform.python_version()},
-            "parameters": vars(args),
-            "kill_plan": plan,
-            "kill_kinds": list(KILL_KINDS),
-            "ok": ok,
-            "reports": [dict(r.as_dict(), ok=verdict(r)) for r in reports],
-        }, indent=1, default=str))
+        out.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(
+                        [
+                            Path(sys.executable).name,
+                            "-m",
+                            "tests.reliability.soak",
+                            *(argv if argv is not None else sys.argv[1:]),
+                        ]
+                    ),
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                    "duration_s": round(time.time() - started, 1),
+                    "machine": {
+                        "platform": platform.platform(),
+                        "cpus": os.cpu_count(),
+                        "python": platform.python_version(),
+                    },
+                    "parameters": vars(args),
+                    "kill_plan": plan,
+                    "kill_kinds": list(KILL_KINDS),
+                    "ok": ok,
+                    "reports": [dict(r.as_dict(), ok=verdict(r)) for r in reports],
+                },
+                indent=1,
+                default=str,
+            )
+        )
         print(f"wrote {out}")
     if not args.keep and not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)

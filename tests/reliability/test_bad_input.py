@@ -38,28 +38,62 @@ AMOUNTS = "tests.reliability.topologies_for_tests:build_amounts"
 BASE_TS = 1_000_000
 FAIL_PUNCTUATION_AT = BASE_TS + 5_000
 BAD_JSON = b'{"amount": 3'
-ERROR_HEADERS = ("exception", "message", "stacktrace", "topic", "partition", "offset",
-                 "processor", "task")
+ERROR_HEADERS = (
+    "exception",
+    "message",
+    "stacktrace",
+    "topic",
+    "partition",
+    "offset",
+    "processor",
+    "task",
+)
 
 
 # ---------------------------------------------------------------- driver: every kind, handler
 
+
 def _driver(**config):
-    topology = build_amounts(input_topic="in", output_topic="out",
-                             fail_punctuation_at=FAIL_PUNCTUATION_AT)
+    topology = build_amounts(
+        input_topic="in", output_topic="out", fail_punctuation_at=FAIL_PUNCTUATION_AT
+    )
     return TopologyTestDriver(topology, {"dead_letter_topic": "dlq", **config})
 
 
 CASES = {
     # kind: (raw value bytes, timestamp, handler key, processor, cause type, offset known)
-    "invalid_json": (BAD_JSON, BASE_TS + 1, "deserialization_exception_handler", SOURCE,
-                     "SerializationError", True),
-    "wrong_type": (b'{"amount": "five"}', BASE_TS + 1, "processing_exception_handler",
-                   PROCESSOR, "TypeError", True),
-    "raise_in_process": (b'{"explode": true}', BASE_TS + 1, "processing_exception_handler",
-                         PROCESSOR, "RuntimeError", True),
-    "raise_in_punctuate": (b'{"amount": 5}', FAIL_PUNCTUATION_AT, "processing_exception_handler",
-                           PROCESSOR, "ValueError", False),
+    "invalid_json": (
+        BAD_JSON,
+        BASE_TS + 1,
+        "deserialization_exception_handler",
+        SOURCE,
+        "SerializationError",
+        True,
+    ),
+    "wrong_type": (
+        b'{"amount": "five"}',
+        BASE_TS + 1,
+        "processing_exception_handler",
+        PROCESSOR,
+        "TypeError",
+        True,
+    ),
+    "raise_in_process": (
+        b'{"explode": true}',
+        BASE_TS + 1,
+        "processing_exception_handler",
+        PROCESSOR,
+        "RuntimeError",
+        True,
+    ),
+    "raise_in_punctuate": (
+        b'{"amount": 5}',
+        FAIL_PUNCTUATION_AT,
+        "processing_exception_handler",
+        PROCESSOR,
+        "ValueError",
+        False,
+    ),
 }
 
 
@@ -121,17 +155,18 @@ def test_log_and_continue_skips_and_dead_letters_the_original_bytes(kind):
 
 # ------------------------------------------------------------------------------- on Spark
 
+
 def _flow_records(topic: str) -> list[tuple[bytes, bytes, int, int]]:
     values = [
         (b"a", b'{"amount": 1}', 0),
         (b"b", b'{"amount": 2}', 1),
-        (b"x", BAD_JSON, 2),                     # offset 2: invalid JSON
+        (b"x", BAD_JSON, 2),  # offset 2: invalid JSON
         (b"a", b'{"amount": 4}', 3),
-        (b"b", b'{"amount": "five"}', 4),        # offset 4: wrong type -> TypeError
+        (b"b", b'{"amount": "five"}', 4),  # offset 4: wrong type -> TypeError
         (b"a", b'{"amount": 6}', 5),
-        (b"c", b'{"explode": true}', 6),         # offset 6: process() raises
+        (b"c", b'{"explode": true}', 6),  # offset 6: process() raises
         (b"b", b'{"amount": 8}', 7),
-        (b"a", b'{"amount": 9}', 5_000),         # offset 8: the punctuator raises after it
+        (b"a", b'{"amount": 9}', 5_000),  # offset 8: the punctuator raises after it
         (b"c", b'{"amount": 10}', 5_001),
     ]
     return [(key, value, 0, BASE_TS + delta) for key, value, delta in values]
@@ -141,8 +176,7 @@ def _committed_totals(bootstrap: str, topic: str) -> dict[str, list[int]]:
     kept, _ = committed_records(bootstrap, topic)
     totals: dict[str, list[int]] = {}
     for record in sorted(kept, key=lambda r: r.offset):
-        totals.setdefault(record.key.decode(), []).append(
-            Serdes.long().deserialize(record.value))
+        totals.setdefault(record.key.decode(), []).append(Serdes.long().deserialize(record.value))
     return totals
 
 
@@ -170,10 +204,17 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
 
     def run(number: int, **handlers: str) -> CliRun:
         args = cli_args(
-            AMOUNTS, bootstrap, app_id, state_dir, guarantee="exactly_once_v2",
+            AMOUNTS,
+            bootstrap,
+            app_id,
+            state_dir,
+            guarantee="exactly_once_v2",
             max_records_per_batch=2,
-            topology_args={"input_topic": topics["in"], "output_topic": topics["out"],
-                           "fail_punctuation_at": FAIL_PUNCTUATION_AT},
+            topology_args={
+                "input_topic": topics["in"],
+                "output_topic": topics["out"],
+                "fail_punctuation_at": FAIL_PUNCTUATION_AT,
+            },
             config={"dead_letter_topic": topics["dlq"], **handlers},
         )
         cli = CliRun(args, tmp_path / f"run-{number}.log").start()
@@ -184,8 +225,13 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
         return cli
 
     def located(line: str, offset: int, processor: str, *causes: str) -> None:
-        for part in (f"topic={topics['in']}", "partition=0", f"offset={offset}",
-                     f"processor={processor}", *causes):
+        for part in (
+            f"topic={topics['in']}",
+            "partition=0",
+            f"offset={offset}",
+            f"processor={processor}",
+            *causes,
+        ):
             assert part in line, f"{part!r} missing from: {line}"
 
     first = run(1)
@@ -205,22 +251,35 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
     located(third.error_line() or "", 4, PROCESSOR, "TypeError")
     assert _committed_totals(bootstrap, topics["out"]) == {"a": [1, 5], "b": [2]}
 
-    fourth = run(4, deserialization_exception_handler="log_and_continue",
-                 processing_exception_handler="log_and_continue")
+    fourth = run(
+        4,
+        deserialization_exception_handler="log_and_continue",
+        processing_exception_handler="log_and_continue",
+    )
     assert fourth.returncode == 0, fourth.tail()
     continued = [e.get("error", "") for e in fourth.find("processing_failed_continuing")]
-    assert any("punctuator" in e and "ValueError" in e and f"processor={PROCESSOR}" in e
-               for e in continued), continued
+    assert any(
+        "punctuator" in e and "ValueError" in e and f"processor={PROCESSOR}" in e for e in continued
+    ), continued
     assert _committed_totals(bootstrap, topics["out"]) == {
-        "a": [1, 5, 11, 20], "b": [2, 10], "c": [10]}
+        "a": [1, 5, 11, 20],
+        "b": [2, 10],
+        "c": [10],
+    }
     store = read_local_store(state_dir, app_id, STORE, Serdes.string(), Serdes.long())
     assert store == {"a": 20, "b": 10, "c": 10}
 
     dead, _ = committed_records(bootstrap, topics["dlq"])
     assert [(r.key, r.value) for r in dead] == [
-        (b"x", BAD_JSON), (b"b", b'{"amount": "five"}'), (b"c", b'{"explode": true}')]
-    expected = [("SerializationError", SOURCE, 2), ("TypeError", PROCESSOR, 4),
-                ("RuntimeError", PROCESSOR, 6)]
+        (b"x", BAD_JSON),
+        (b"b", b'{"amount": "five"}'),
+        (b"c", b'{"explode": true}'),
+    ]
+    expected = [
+        ("SerializationError", SOURCE, 2),
+        ("TypeError", PROCESSOR, 4),
+        ("RuntimeError", PROCESSOR, 6),
+    ]
     for record, (cause, processor, offset) in zip(dead, expected, strict=True):
         headers = dict(record.headers)
         for name in ERROR_HEADERS:
@@ -234,24 +293,33 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
 
 
 @pytest.mark.integration
-def test_punctuator_exception_on_spark_fails_the_batch_and_commits_nothing_of_it(
-    kafka, tmp_path
-):
+def test_punctuator_exception_on_spark_fails_the_batch_and_commits_nothing_of_it(kafka, tmp_path):
     """log_and_fail: the exception of a punctuator stops the run (exit 1) naming the processor
     and the cause; the micro-batch that fired it is not committed (its output is aborted)."""
     bootstrap = kafka.bootstrap_servers
     run_id = uid()
     topics = {"in": f"punct-in-{run_id}", "out": f"punct-out-{run_id}"}
     create_topics_now(bootstrap, {topics["in"]: 1, topics["out"]: 1})
-    produce_records(bootstrap, topics["in"], [
-        (b"a", json.dumps({"amount": 1}).encode(), 0, BASE_TS),
-        (b"a", json.dumps({"amount": 2}).encode(), 0, FAIL_PUNCTUATION_AT),
-    ])
+    produce_records(
+        bootstrap,
+        topics["in"],
+        [
+            (b"a", json.dumps({"amount": 1}).encode(), 0, BASE_TS),
+            (b"a", json.dumps({"amount": 2}).encode(), 0, FAIL_PUNCTUATION_AT),
+        ],
+    )
     args = cli_args(
-        AMOUNTS, bootstrap, f"punct-{run_id}", tmp_path / "state", guarantee="exactly_once_v2",
+        AMOUNTS,
+        bootstrap,
+        f"punct-{run_id}",
+        tmp_path / "state",
+        guarantee="exactly_once_v2",
         max_records_per_batch=1,
-        topology_args={"input_topic": topics["in"], "output_topic": topics["out"],
-                       "fail_punctuation_at": FAIL_PUNCTUATION_AT},
+        topology_args={
+            "input_topic": topics["in"],
+            "output_topic": topics["out"],
+            "fail_punctuation_at": FAIL_PUNCTUATION_AT,
+        },
     )
     with CliRun(args, tmp_path / "run.log") as cli:
         code = cli.wait(300)

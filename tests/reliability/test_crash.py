@@ -45,21 +45,27 @@ pytestmark = pytest.mark.integration
     ("guarantee", "kills", "pause_ms"),
     [
         # paced (3 ms per record): the mid-batch kills land inside an open transaction
-        ("exactly_once_v2", ["mid_batch", "between_batches", "state_dir_deleted", "restore"],
-         3.0),
+        ("exactly_once_v2", ["mid_batch", "between_batches", "state_dir_deleted", "restore"], 3.0),
         # mid_batch leaves a task's local store ahead of the committed state: the next start
         # wipes and restores it, and is killed during that restore (state_dir_deleted under
         # at-least-once: in the soak)
         ("at_least_once", ["mid_batch", "restore"], 0.0),
     ],
 )
-def test_kill_9_and_restart_matches_the_reference_fold(kafka, tmp_path, guarantee, kills,
-                                                       pause_ms):
+def test_kill_9_and_restart_matches_the_reference_fold(kafka, tmp_path, guarantee, kills, pause_ms):
     # 20 products: most updates are >= 2000 after the first ~400 events, so every batch the
     # kills hit has output
     sales = make_sales(3000, 20, seed=20)
-    scenario = CrashScenario(kafka.bootstrap_servers, tmp_path, guarantee, sales,
-                             max_records_per_batch=400, seed=21, pause_ms=pause_ms, log=print)
+    scenario = CrashScenario(
+        kafka.bootstrap_servers,
+        tmp_path,
+        guarantee,
+        sales,
+        max_records_per_batch=400,
+        seed=21,
+        pause_ms=pause_ms,
+        log=print,
+    )
     report = scenario.run(kills)
     summary = {k: v for k, v in report.as_dict().items() if k not in ("kills", "logs")}
     print(json.dumps(summary, default=str))

@@ -22,10 +22,14 @@ from tests.reliability.conftest import REPO_ROOT, parse_log_line
 
 
 def test_parse_log_line_reads_json_and_console_lines():
-    assert parse_log_line('{"event": "batch_done", "batch": 3}') == {"event": "batch_done",
-                                                                     "batch": 3}
-    console = ("timestamp='2026-01-01T00:00:00Z' level='info' event='restore_start' "
-               "logger='processor_api.task_state' task='0_1' partition=1 end_offset=402")
+    assert parse_log_line('{"event": "batch_done", "batch": 3}') == {
+        "event": "batch_done",
+        "batch": 3,
+    }
+    console = (
+        "timestamp='2026-01-01T00:00:00Z' level='info' event='restore_start' "
+        "logger='processor_api.task_state' task='0_1' partition=1 end_offset=402"
+    )
     event = parse_log_line(console)
     assert event["event"] == "restore_start" and event["task"] == "0_1"
     assert event["end_offset"] == 402
@@ -40,8 +44,9 @@ def test_module_level_loggers_follow_the_format_configured_later():
         "configure_logging('json')\n"
         "task_state._log.info('probe_event', task='0_0')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     lines = [line for line in result.stderr.splitlines() if "probe_event" in line]
     assert len(lines) == 1, result.stderr
     assert json.loads(lines[0])["event"] == "probe_event"
@@ -68,8 +73,9 @@ def test_each_event_is_one_write_of_a_whole_line():
         "get_logger('probe').info('run_finished', batches=2)\n"
         "print(repr(recorder.writes))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     writes = ast.literal_eval(result.stdout.strip())
     assert len(writes) == 2, writes

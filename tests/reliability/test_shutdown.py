@@ -43,8 +43,9 @@ REPAIR_EVENTS = ("store_wipe", "restore_start", "committed_transaction_adopted")
 def _sales_setup(bootstrap: str, sales, partitions: int = 3) -> dict[str, str]:
     run_id = uid()
     topics = {"input_topic": f"sd-in-{run_id}", "output_topic": f"sd-out-{run_id}"}
-    create_topics_now(bootstrap, {topics["input_topic"]: partitions,
-                                  topics["output_topic"]: partitions})
+    create_topics_now(
+        bootstrap, {topics["input_topic"]: partitions, topics["output_topic"]: partitions}
+    )
     produce_sales(bootstrap, topics["input_topic"], sales)
     return topics
 
@@ -56,10 +57,16 @@ def _check_output(bootstrap, topics, sales, guarantee, state_dir, app_id):
     records = read_topic(bootstrap, topics["output_topic"])
     status = topic_transaction_status(bootstrap, topics["output_topic"])
     kept = [r for r in records if status.get((r.partition, r.offset)) != "aborted"]
-    store = read_local_store(state_dir, app_id, "PRODUCT_AGGREGATED_SALES", Serdes.string(),
-                             Serdes.long())
-    result = compare(expected_notifications(sales), notifications_by_product(kept), guarantee,
-                     fold_totals(sales), store)
+    store = read_local_store(
+        state_dir, app_id, "PRODUCT_AGGREGATED_SALES", Serdes.string(), Serdes.long()
+    )
+    result = compare(
+        expected_notifications(sales),
+        notifications_by_product(kept),
+        guarantee,
+        fold_totals(sales),
+        store,
+    )
     assert is_ok(result, guarantee), result
     return result, len(records) - len(kept)
 
@@ -71,8 +78,9 @@ def _stop_when_processed(run: CliRun, total: int, timeout_s: float) -> int:
         if not run.is_alive():
             raise AssertionError(f"the run ended early; {run.tail()}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"not all {total} records processed in {timeout_s:g}s; "
-                                 f"{run.tail()}")
+            raise AssertionError(
+                f"not all {total} records processed in {timeout_s:g}s; {run.tail()}"
+            )
         time.sleep(0.2)
     run.signal(signal.SIGTERM)
     return run.wait(120)
@@ -84,12 +92,19 @@ def test_sigterm_stops_after_the_batch_in_flight_and_a_restart_resumes(kafka, tm
     topics = _sales_setup(bootstrap, sales)
     app_id = f"sigterm-{uid()}"
     state_dir = tmp_path / "state"
-    args = cli_args(SALES, bootstrap, app_id, state_dir, guarantee="exactly_once_v2",
-                    available_now=False, max_records_per_batch=300, topology_args=topics)
+    args = cli_args(
+        SALES,
+        bootstrap,
+        app_id,
+        state_dir,
+        guarantee="exactly_once_v2",
+        available_now=False,
+        max_records_per_batch=300,
+        topology_args=topics,
+    )
 
     with CliRun(args, tmp_path / "run-1.log") as first:
-        batch = first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0,
-                                 300)
+        batch = first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
         first.wait_event("task_batch_done", 120, after=batch.index + 1)  # mid-batch
         first.signal(signal.SIGTERM)
         sent = time.monotonic()
@@ -106,7 +121,7 @@ def test_sigterm_stops_after_the_batch_in_flight_and_a_restart_resumes(kafka, tm
     assert 0 < processed < len(sales), processed
     # the batch in flight when SIGTERM came was completed, not abandoned
     assert names.index("stop_requested") < names.index("query_stopped")
-    assert names[names.index("stop_requested"):].count("batch_done") >= 1, first.tail()
+    assert names[names.index("stop_requested") :].count("batch_done") >= 1, first.tail()
 
     with CliRun(args, tmp_path / "run-2.log") as second:
         code = _stop_when_processed(second, len(sales) - processed, 420)
@@ -126,8 +141,15 @@ def test_available_now_refuses_a_continuous_runs_checkpoint_clearly(kafka, tmp_p
     state_dir = tmp_path / "state"
 
     def args(available_now: bool) -> list[str]:
-        return cli_args(SALES, bootstrap, app_id, state_dir, available_now=available_now,
-                        max_records_per_batch=300, topology_args=topics)
+        return cli_args(
+            SALES,
+            bootstrap,
+            app_id,
+            state_dir,
+            available_now=available_now,
+            max_records_per_batch=300,
+            topology_args=topics,
+        )
 
     with CliRun(args(False), tmp_path / "run-1.log") as first:
         first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
@@ -153,8 +175,15 @@ def test_sigterm_to_the_whole_process_group_stops_cleanly(kafka, tmp_path):
     bootstrap = kafka.bootstrap_servers
     sales = make_sales(900, 20, seed=12)
     topics = _sales_setup(bootstrap, sales)
-    args = cli_args(SALES, bootstrap, f"sigterm-group-{uid()}", tmp_path / "state",
-                    available_now=False, max_records_per_batch=300, topology_args=topics)
+    args = cli_args(
+        SALES,
+        bootstrap,
+        f"sigterm-group-{uid()}",
+        tmp_path / "state",
+        available_now=False,
+        max_records_per_batch=300,
+        topology_args=topics,
+    )
     with CliRun(args, tmp_path / "run.log") as run:
         batch = run.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
         run.wait_event("task_batch_done", 120, after=batch.index + 1)
@@ -194,8 +223,13 @@ def test_broker_unreachable_at_start_exits_2_quickly_naming_it(broker, tmp_path)
     hole = _BlackHole() if broker == "black_hole" else None
     address = hole.address if hole else f"127.0.0.1:{free_port()}"
     try:
-        args = cli_args(SALES, address, f"nobroker-{uid()}", tmp_path / "state",
-                        topology_args={"input_topic": "in", "output_topic": "out"})
+        args = cli_args(
+            SALES,
+            address,
+            f"nobroker-{uid()}",
+            tmp_path / "state",
+            topology_args={"input_topic": "in", "output_topic": "out"},
+        )
         started = time.monotonic()
         with CliRun(args, tmp_path / "run.log") as run:
             code = run.wait(60)
@@ -217,9 +251,16 @@ def test_broker_gone_in_the_middle_of_a_batch_fails_within_bounded_time(tmp_path
         bootstrap = broker.bootstrap_servers
         sales = make_sales(900, 20, seed=13)
         topics = _sales_setup(bootstrap, sales)
-        args = cli_args(SALES, bootstrap, f"gone-{uid()}", tmp_path / "state",
-                        guarantee="exactly_once_v2", available_now=False,
-                        max_records_per_batch=300, topology_args=topics)
+        args = cli_args(
+            SALES,
+            bootstrap,
+            f"gone-{uid()}",
+            tmp_path / "state",
+            guarantee="exactly_once_v2",
+            available_now=False,
+            max_records_per_batch=300,
+            topology_args=topics,
+        )
         with CliRun(args, tmp_path / "run.log") as run:
             run.wait_event("task_batch_done", 300)
             broker.stop()
@@ -242,8 +283,7 @@ def test_a_second_run_with_the_same_application_id_and_state_dir_is_refused(kafk
     topics = _sales_setup(bootstrap, first_sales)
     app_id = f"twice-{uid()}"
     state_dir = tmp_path / "state"
-    args = cli_args(SALES, bootstrap, app_id, state_dir, available_now=False,
-                    topology_args=topics)
+    args = cli_args(SALES, bootstrap, app_id, state_dir, available_now=False, topology_args=topics)
     with CliRun(args, tmp_path / "first.log") as first:
         first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 300)
         checkpoints = sorted(Path(state_dir, app_id).glob("*/.checkpoint"))
@@ -264,8 +304,9 @@ def test_a_second_run_with_the_same_application_id_and_state_dir_is_refused(kafk
         mark = len(first.events)
         more = make_sales(300, 20, seed=15, start_ts=1_800_000_000_000)
         produce_sales(bootstrap, topics["input_topic"], more)
-        first.wait_event(lambda e: e.name == "batch_done" and e.event["records"] > 0, 120,
-                         after=mark)
+        first.wait_event(
+            lambda e: e.name == "batch_done" and e.event["records"] > 0, 120, after=mark
+        )
         processed = sum(e["records"] for e in first.find("batch_done"))
         deadline = time.monotonic() + 120
         while processed < len(first_sales) + len(more) and time.monotonic() < deadline:

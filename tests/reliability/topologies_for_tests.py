@@ -83,8 +83,9 @@ def build_amounts(
         .add_source(SOURCE, input_topic, key_serde=Serdes.string(), value_serde=Serdes.json())
         .add_processor(PROCESSOR, lambda: AmountSummer(punctuate_ms, fail_at), SOURCE)
         .add_state_store(store, PROCESSOR)
-        .add_sink(SINK, output_topic, PROCESSOR, key_serde=Serdes.string(),
-                  value_serde=Serdes.long())
+        .add_sink(
+            SINK, output_topic, PROCESSOR, key_serde=Serdes.string(), value_serde=Serdes.long()
+        )
     )
 
 
@@ -115,20 +116,25 @@ def build_paced_sales(
 ) -> Topology:
     """``topologies.sales_aggregation.build_topology`` with :class:`PacedSalesAggregator`."""
     threshold, pause_ms = int(threshold), float(pause_ms)
-    store = (
-        Stores.key_value_store_builder(
-            Stores.persistent_key_value_store(store_name), Serdes.string(), Serdes.long()
-        )
-        .with_caching_disabled()
-    )
+    store = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store(store_name), Serdes.string(), Serdes.long()
+    ).with_caching_disabled()
     return (
         Topology()
-        .add_source("sales-source", input_topic, key_serde=Serdes.string(),
-                    value_serde=Serdes.string())
-        .add_processor("aggregate",
-                       lambda: PacedSalesAggregator(store_name, threshold, pause_ms),
-                       "sales-source")
+        .add_source(
+            "sales-source", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string()
+        )
+        .add_processor(
+            "aggregate",
+            lambda: PacedSalesAggregator(store_name, threshold, pause_ms),
+            "sales-source",
+        )
         .add_state_store(store, "aggregate")
-        .add_sink("notifications-sink", output_topic, "aggregate",
-                  key_serde=Serdes.string(), value_serde=Serdes.json())
+        .add_sink(
+            "notifications-sink",
+            output_topic,
+            "aggregate",
+            key_serde=Serdes.string(),
+            value_serde=Serdes.json(),
+        )
     )

@@ -27,10 +27,15 @@ def test_the_compiled_home_links_the_installation_and_carries_bytecode(tmp_path,
     assert "pyspark/worker.pyc" in names and "pyspark/sql/pandas/serializers.pyc" in names
     assert spark_home.compiled_spark_home() == home  # built once, then reused
     # a worker imports pyspark from the zip, and the bytecode is what it runs
-    probe = ("import pyspark.worker, sys; m = sys.modules['pyspark.worker']; "
-             "print(m.__file__, type(m.__loader__).__name__, m.__spec__.cached)")
+    probe = (
+        "import pyspark.worker, sys; m = sys.modules['pyspark.worker']; "
+        "print(m.__file__, type(m.__loader__).__name__, m.__spec__.cached)"
+    )
     out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PYTHONPATH": str(Path(home) / "python/lib/pyspark.zip"), "PATH": "/usr/bin"},
     ).stdout
     assert "pyspark.zip" in out and "zipimporter" in out, out

@@ -15,8 +15,22 @@ from processor_api.spark.task_keys import (
     task_id_of,
 )
 
-STRINGS = ["", "a", "ab", "abc", "abcd", "0_0", "0_1", "0_2", "12_345#67", "é", "ünïcödé-ß",
-           "\u00ff\u00fe", "日本語のテキスト", "x" * 37]
+STRINGS = [
+    "",
+    "a",
+    "ab",
+    "abc",
+    "abcd",
+    "0_0",
+    "0_1",
+    "0_2",
+    "12_345#67",
+    "é",
+    "ünïcödé-ß",
+    "\u00ff\u00fe",
+    "日本語のテキスト",
+    "x" * 37,
+]
 
 
 def test_the_port_equals_sparks_hash_function(spark):
@@ -37,7 +51,8 @@ def test_spark_puts_each_task_into_its_own_partition(spark, partitions):
     frame = spark.createDataFrame([(keys[t],) for t in task_ids], "task string")
     placed = dict(
         frame.repartition(partitions, "task")
-        .select("task", F.spark_partition_id().alias("p")).collect()
+        .select("task", F.spark_partition_id().alias("p"))
+        .collect()
     )
     assert {t: placed[keys[t]] for t in task_ids} == {
         t: i % partitions for i, t in enumerate(task_ids)

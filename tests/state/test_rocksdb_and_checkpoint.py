@@ -116,8 +116,12 @@ def test_committed_task_state_survives_a_hard_exit(tmp_path):
         Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
     )
     stores = TaskStores(
-        application_id="app", task_id="0_0", partition=0, directory=tmp_path,
-        builders={"counts": builder}, changelog_topics={"counts": "app-counts-changelog"},
+        application_id="app",
+        task_id="0_0",
+        partition=0,
+        directory=tmp_path,
+        builders={"counts": builder},
+        changelog_topics={"counts": "app-counts-changelog"},
         timestamp_fn=lambda: 0,
     )
     store = stores.build(builder, lambda: 0).store

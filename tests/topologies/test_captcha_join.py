@@ -37,7 +37,9 @@ def test_unverified_browser_asked_once_at_five(driver: TopologyTestDriver) -> No
     actions.pipe_input("browser-A", "anything", 4)
     record = ask.read_record()
     assert (record.key, record.value, record.timestamp) == (
-        "browser-A", {"browser_hash": "browser-A", "actions": 5}, 4,
+        "browser-A",
+        {"browser_hash": "browser-A", "actions": 5},
+        4,
     )
     for ts in range(5, 9):  # counts above the threshold: no second question
         actions.pipe_input("browser-A", b"\xff\x00 raw bytes", ts)
@@ -139,7 +141,8 @@ def test_topics_interleaved_by_timestamp_within_a_batch(
             ("ask-captcha", "browser-E", 50)
         ]
         assert Serdes.json().deserialize(produced[0].value) == {
-            "browser_hash": "browser-E", "actions": 5,
+            "browser_hash": "browser-E",
+            "actions": 5,
         }
     else:
         assert produced == []

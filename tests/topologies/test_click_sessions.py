@@ -50,16 +50,41 @@ def test_one_summary_per_session_window(driver: TopologyTestDriver) -> None:
     assert summaries.is_empty() is False  # 60_500 closed the first window
     first = summaries.read_records_to_list()
     assert [(r.key, r.value, r.timestamp) for r in first] == [
-        ("s1", {"session_id": "s1", "window_start": 0, "window_end": MINUTE, "clicks": 2,
-                "page_views": 1, "time_spent": 11}, 60_500),
-        ("s2", {"session_id": "s2", "window_start": 0, "window_end": MINUTE, "clicks": 0,
-                "page_views": 1, "time_spent": 10}, 60_500),
+        (
+            "s1",
+            {
+                "session_id": "s1",
+                "window_start": 0,
+                "window_end": MINUTE,
+                "clicks": 2,
+                "page_views": 1,
+                "time_spent": 11,
+            },
+            60_500,
+        ),
+        (
+            "s2",
+            {
+                "session_id": "s2",
+                "window_start": 0,
+                "window_end": MINUTE,
+                "clicks": 0,
+                "page_views": 1,
+                "time_spent": 10,
+            },
+            60_500,
+        ),
     ]
     # emitted windows are gone; the open one is still there
     assert stored(driver) == {
         SessionWindowKey(2 * MINUTE, "s2"): {
-            "window_start": MINUTE, "clicks": 1, "page_views": 0, "time_spent": 4,
-            "uuid": "user-2", "first_timestamp": 60_500, "last_timestamp": 60_500,
+            "window_start": MINUTE,
+            "clicks": 1,
+            "page_views": 0,
+            "time_spent": 4,
+            "uuid": "user-2",
+            "first_timestamp": 60_500,
+            "last_timestamp": 60_500,
         }
     }
 
@@ -69,10 +94,28 @@ def test_one_summary_per_session_window(driver: TopologyTestDriver) -> None:
 
     clicks.pipe_input("s3", click("s3", "click", 1), 120_000)  # end <= stream time: closes
     assert summaries.read_key_values_to_list() == [
-        ("s1", {"session_id": "s1", "window_start": MINUTE, "window_end": 2 * MINUTE,
-                "clicks": 0, "page_views": 1, "time_spent": 2}),
-        ("s2", {"session_id": "s2", "window_start": MINUTE, "window_end": 2 * MINUTE,
-                "clicks": 1, "page_views": 1, "time_spent": 10}),
+        (
+            "s1",
+            {
+                "session_id": "s1",
+                "window_start": MINUTE,
+                "window_end": 2 * MINUTE,
+                "clicks": 0,
+                "page_views": 1,
+                "time_spent": 2,
+            },
+        ),
+        (
+            "s2",
+            {
+                "session_id": "s2",
+                "window_start": MINUTE,
+                "window_end": 2 * MINUTE,
+                "clicks": 1,
+                "page_views": 1,
+                "time_spent": 10,
+            },
+        ),
     ]
     assert list(stored(driver)) == [SessionWindowKey(3 * MINUTE, "s3")]
 
@@ -85,8 +128,12 @@ def test_nothing_before_window_end_then_store_emptied(driver: TopologyTestDriver
     assert len(stored(driver)) == 1
     clicks.pipe_input("other", click("other", "click", 1), 10 * MINUTE)
     assert summaries.read_value() == {
-        "session_id": "s1", "window_start": 0, "window_end": MINUTE,
-        "clicks": 12, "page_views": 0, "time_spent": 12,
+        "session_id": "s1",
+        "window_start": 0,
+        "window_end": MINUTE,
+        "clicks": 12,
+        "page_views": 0,
+        "time_spent": 12,
     }
     assert summaries.is_empty()
     assert list(stored(driver)) == [SessionWindowKey(11 * MINUTE, "other")]
@@ -110,8 +157,13 @@ def test_late_events_are_dropped_and_counted(driver: TopologyTestDriver) -> None
     assert summaries.is_empty()
     assert stored(driver) == {
         SessionWindowKey(2 * MINUTE, "s1"): {
-            "window_start": MINUTE, "clicks": 1, "page_views": 1, "time_spent": 6,
-            "uuid": "user-1", "first_timestamp": 61_000, "last_timestamp": 65_000,
+            "window_start": MINUTE,
+            "clicks": 1,
+            "page_views": 1,
+            "time_spent": 6,
+            "uuid": "user-1",
+            "first_timestamp": 61_000,
+            "last_timestamp": 65_000,
         }
     }
 
@@ -126,8 +178,12 @@ def test_grace_period_keeps_window_open() -> None:
         assert summaries.is_empty()
         clicks.pipe_input("s", click("s", "page_view", 1), 1_500)  # 1000 <= 1500 - 500
         assert summaries.read_value() == {
-            "session_id": "s", "window_start": 0, "window_end": 1_000,
-            "clicks": 2, "page_views": 0, "time_spent": 2,
+            "session_id": "s",
+            "window_start": 0,
+            "window_end": 1_000,
+            "clicks": 2,
+            "page_views": 0,
+            "time_spent": 2,
         }
         with capture_logs() as logs:
             clicks.pipe_input("s", click("s", "click", 1), 950)  # now late
@@ -145,9 +201,7 @@ def test_invalid_events_skipped(driver: TopologyTestDriver) -> None:
         clicks.pipe_input("s1", click("s1", "scroll", 1), 0)
         clicks.pipe_input("s1", {"event": ["click"]}, 0)
         clicks.pipe_input("s1", click("s1", "click", "long"), 0)
-    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
-        "click_event_skipped"
-    ] * 5
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["click_event_skipped"] * 5
     assert stored(driver) == {}
     clicks.pipe_input("s1", {"event": "click"}, 0)  # time_spent missing: counts as 0
     assert stored(driver)[SessionWindowKey(MINUTE, "s1")]["time_spent"] == 0

@@ -37,7 +37,9 @@ def test_forwards_every_count_with_an_output_topic() -> None:
         events.pipe_input("k1", b"3", timestamp=12)
         records = output.read_records_to_list()
         assert [(r.key, r.value, r.timestamp) for r in records] == [
-            ("k1", 1, 10), ("k2", 1, 11), ("k1", 2, 12)
+            ("k1", 1, 10),
+            ("k2", 1, 11),
+            ("k1", 2, 12),
         ]
         assert counts(driver, "c") == {"k1": 2, "k2": 1}
 

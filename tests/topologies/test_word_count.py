@@ -59,7 +59,9 @@ def test_each_update_is_forwarded_in_order() -> None:
 
 def test_two_subtopologies_and_custom_names() -> None:
     topology = build_topology(
-        input_topic="text", repartition_topic="words-by-word", output_topic="counts",
+        input_topic="text",
+        repartition_topic="words-by-word",
+        output_topic="counts",
         store_name="wc",
     )
     subs = topology.subtopologies()
@@ -75,6 +77,13 @@ def test_two_subtopologies_and_custom_names() -> None:
 
 def test_split_words() -> None:
     assert split_words("It's a Test--of SPLIT_words, 42 times") == [
-        "it", "s", "a", "test", "of", "split_words", "42", "times",
+        "it",
+        "s",
+        "a",
+        "test",
+        "of",
+        "split_words",
+        "42",
+        "times",
     ]
     assert split_words("  ...  ") == []
