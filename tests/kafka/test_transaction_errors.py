@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from processor_api.kafka import transactions
 
 from processor_api.errors import StreamsError
+from processor_api.kafka import transactions
 from processor_api.kafka.transactions import TransactionalProducers, transaction_step
 from processor_api.testing.embedded import free_port
 
