@@ -7,12 +7,29 @@ Keys may be written Kafka-style with dots or dashes (``application.id``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any
 
 from processor_api.errors import ConfigError
 
 HANDLERS = ("log_and_fail", "log_and_continue")
-GUARANTEES = ("at_least_once", "exactly_once_v2")
+
+
+class ProcessingGuarantee(str, Enum):
+    """Kafka Streams' ``processing.guarantee`` values this runtime implements."""
+
+    AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE_V2 = "exactly_once_v2"
+
+    @property
+    def isolation_level(self) -> str:
+        """The consumer isolation level that goes with the guarantee."""
+        if self is ProcessingGuarantee.EXACTLY_ONCE_V2:
+            return "read_committed"
+        return "read_uncommitted"
+
+
+GUARANTEES = tuple(g.value for g in ProcessingGuarantee)
 
 
 def normalize_key(key: str) -> str:
@@ -27,7 +44,7 @@ class StreamsConfig:
     deserialization_exception_handler: str = "log_and_fail"
     processing_exception_handler: str = "log_and_fail"
     dead_letter_topic: str | None = None
-    processing_guarantee: str = "at_least_once"
+    processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -58,9 +75,15 @@ class StreamsConfig:
                 f"processing_guarantee must be one of {GUARANTEES}, "
                 f"got {self.processing_guarantee!r}"
             )
+        self.processing_guarantee = ProcessingGuarantee(self.processing_guarantee)
         if not self.application_id or not isinstance(self.application_id, str):
             raise ConfigError(
                 f"application_id must be a non-empty string, got {self.application_id!r}"
             )
         if self.dead_letter_topic == "":
             self.dead_letter_topic = None
+
+    @property
+    def exactly_once(self) -> bool:
+        """True under ``exactly_once_v2``."""
+        return self.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2

@@ -253,7 +253,7 @@ class TopologyRunner:
         if dead_letter:
             partitions = max(plan.partitions_by_subtopology.values(), default=1)
             ensure_topics(self.settings.bootstrap_servers, [TopicSpec(dead_letter, partitions, {})])
-        if self.config.processing_guarantee == "exactly_once_v2":
+        if self.config.exactly_once:
             ensure_topics(
                 self.settings.bootstrap_servers,
                 [
@@ -290,7 +290,7 @@ class TopologyRunner:
             state_dir=str(Path(self.settings.state_dir).resolve()),
             config={
                 "application_id": self.config.application_id,
-                "processing_guarantee": self.config.processing_guarantee,
+                "processing_guarantee": self.config.processing_guarantee.value,
                 "deserialization_exception_handler": self.config.deserialization_exception_handler,
                 "processing_exception_handler": self.config.processing_exception_handler,
                 "dead_letter_topic": self.config.dead_letter_topic,
@@ -335,12 +335,7 @@ class TopologyRunner:
             .option("topics", ",".join(plan.source_topics))
             .option("max.records.per.batch", str(self.settings.max_records_per_batch))
             .option("starting.offsets", self._starting_offsets())
-            .option(
-                "isolation.level",
-                "read_committed"
-                if self.config.processing_guarantee == "exactly_once_v2"
-                else "read_uncommitted",
-            )
+            .option("isolation.level", self.config.processing_guarantee.isolation_level)
         )
         if end_offsets_cap:
             caps: dict[str, dict[str, int]] = {}
@@ -413,7 +408,7 @@ class TopologyRunner:
             master=spark.sparkContext.master,
             checkpoint=self.settings.resolved_checkpoint_dir,
             state_dir=self.settings.state_dir,
-            guarantee=self.config.processing_guarantee,
+            guarantee=self.config.processing_guarantee.value,
         )
         return self._query
 

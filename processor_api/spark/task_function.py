@@ -274,7 +274,7 @@ class _TaskBatch:
         self.subtopology = subtopology
         self.directory = directory
         self.app_id = runtime.config.application_id
-        self.exactly_once = runtime.config.processing_guarantee == "exactly_once_v2"
+        self.exactly_once = runtime.config.exactly_once
         self.log = get_logger("processor_api.spark_task", task=task_id)
 
     def _reader(self, topic: str, part: int, start: int, end: int, apply: Any) -> int:
