@@ -8,6 +8,18 @@ from typing import Any
 
 
 @dataclass
+class CommitState:
+    """Where a task's exactly-once commits stand (unused under at-least-once).
+
+    * ``sequence``: number of the task's last committed transaction (0: none yet);
+    * ``marker_end``: offset after that transaction's commit marker in the marker topic.
+    """
+
+    sequence: int = 0
+    marker_end: int = 0
+
+
+@dataclass
 class TaskMetadata:
     """Everything a task needs to resume exactly where it stopped.
 
@@ -16,7 +28,8 @@ class TaskMetadata:
     * ``input_positions``: per input topic, the next offset to process.
     * ``schedules``: punctuation schedules by key (see ``runtime.punctuation``).
     * ``changelog_offsets``: per store, the changelog end offset the committed state matches.
-    * ``extra``: runtime-specific fields (e.g. transaction markers).
+    * ``commit``: the exactly-once commit state (:class:`CommitState`).
+    * ``extra``: fields a runtime wants to carry that the engine does not interpret.
     """
 
     stream_time: int = -1
@@ -24,6 +37,7 @@ class TaskMetadata:
     input_positions: dict[str, int] = field(default_factory=dict)
     schedules: dict[str, dict[str, Any]] = field(default_factory=dict)
     changelog_offsets: dict[str, int] = field(default_factory=dict)
+    commit: CommitState = field(default_factory=CommitState)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -34,11 +48,18 @@ class TaskMetadata:
         if not text:
             return cls()
         data = json.loads(text)
+        extra = dict(data.get("extra", {}))
+        # checkpoints written before CommitState kept these two in ``extra``
+        commit = data.get("commit") or {
+            "sequence": extra.pop("sequence", 0),
+            "marker_end": extra.pop("marker_end", 0),
+        }
         return cls(
             stream_time=int(data.get("stream_time", -1)),
             partition_times={k: int(v) for k, v in data.get("partition_times", {}).items()},
             input_positions={k: int(v) for k, v in data.get("input_positions", {}).items()},
             schedules=dict(data.get("schedules", {})),
             changelog_offsets={k: int(v) for k, v in data.get("changelog_offsets", {}).items()},
-            extra=dict(data.get("extra", {})),
+            commit=CommitState(int(commit["sequence"]), int(commit["marker_end"])),
+            extra=extra,
         )

@@ -20,10 +20,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 BOOTSTRAP_FORMAT = "processor_api_task_bootstrap"
-BOOTSTRAP_SCHEMA = (
-    "task string, topic string, partition int, offset long, timestamp long, key binary, "
-    "value binary, headers array<struct<key:string,value:binary>>"
-)
+BOOTSTRAP_SCHEMA = "task string, topic string, partition int, start long, end long"
 
 
 class _TasksPartition(InputPartition):
@@ -52,7 +49,7 @@ class _BootstrapReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         for task in partition.tasks:  # type: ignore[attr-defined]
-            yield (task, "", -1, -1, -1, None, None, [])
+            yield (task, "", -1, -1, -1)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         """Nothing to fix: the one row per task is all there ever is."""

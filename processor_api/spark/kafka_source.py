@@ -828,3 +828,58 @@ class KafkaDataSource(DataSource):
                 f"got {schema.simpleString()}"
             )
         return KafkaStreamReader(self.parsed)
+
+
+# ------------------------------------------------------------------------- offset ranges
+#: Format name of the source that plans like ``processor_api_kafka`` but emits only ranges.
+RANGE_SOURCE_NAME = "processor_api_kafka_ranges"
+
+#: Row schema of the range source: one row per topic-partition with records in the batch.
+RANGE_SCHEMA_DDL = "topic string, partition int, start long, end long"
+
+
+class _RangesPartition(InputPartition):
+    """Every planned range of one micro-batch (one small Spark task emits them all)."""
+
+    def __init__(self, ranges: list[tuple[str, int, int, int]]) -> None:
+        super().__init__(None)
+        self.ranges = ranges
+
+
+class KafkaRangeStreamReader(KafkaStreamReader):
+    """Plans micro-batches exactly as :class:`KafkaStreamReader`; reads no record.
+
+    The tasks read their ranges themselves (``spark/task_runner.py``): what Spark checkpoints,
+    shuffles and groups is one small row per topic-partition, and a replayed micro-batch
+    replays the same ranges.
+    """
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        planned = super().partitions(start, end)
+        if not planned:
+            return []
+        ranges = [(p.topic, p.partition, p.start, p.end) for p in planned]  # type: ignore[attr-defined]
+        return [_RangesPartition(ranges)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """The planned ranges as ``(topic, partition, start, end)`` rows."""
+        if not isinstance(partition, _RangesPartition):
+            raise StreamsError(f"unexpected input partition {partition!r}")
+        yield from partition.ranges
+
+
+class KafkaRangeDataSource(KafkaDataSource):
+    """PySpark data source ``processor_api_kafka_ranges``: the planned offset ranges only."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name for ``spark.readStream.format``."""
+        return RANGE_SOURCE_NAME
+
+    def schema(self) -> str:
+        """:data:`RANGE_SCHEMA_DDL`."""
+        return RANGE_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        """A :class:`KafkaRangeStreamReader`."""
+        return KafkaRangeStreamReader(self.parsed)

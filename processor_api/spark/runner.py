@@ -35,8 +35,10 @@ from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
+from processor_api.spark.host_client import close_hosts
+from processor_api.spark.job import JobSpec
 from processor_api.spark.spark_home import compiled_spark_home
-from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, JobSpec, run_task
+from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, run_task
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -238,6 +240,7 @@ class TopologyRunner:
         self._own_spark = spark is None
         self._query: Any = None
         self._progress = _Progress()
+        self._run_id = uuid.uuid4().hex  # one per run: task hosts keep their tasks across passes
         self._stop_requested = threading.Event()
         self.plan: TopicPlan | None = None
 
@@ -282,7 +285,7 @@ class TopologyRunner:
 
             pickled = cloudpickle.dumps(self.topology)
         return JobSpec(
-            run_id=uuid.uuid4().hex,
+            run_id=self._run_id,
             topology_ref=self._topology_ref,
             topology_kwargs=self._topology_kwargs,
             topology_pickle=pickled,
@@ -316,7 +319,7 @@ class TopologyRunner:
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         from processor_api.spark.bootstrap_source import BOOTSTRAP_FORMAT, TaskBootstrapSource
-        from processor_api.spark.kafka_source import KafkaDataSource
+        from processor_api.spark.kafka_source import KafkaRangeDataSource
         from processor_api.spark.task_keys import load_or_plan_group_keys
 
         plan = self.plan or self.prepare()
@@ -326,11 +329,11 @@ class TopologyRunner:
                 self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
             )
         spark = self._spark
-        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(KafkaRangeDataSource)
         spark.dataSource.register(TaskBootstrapSource)
 
         reader = (
-            spark.readStream.format(KafkaDataSource.name())
+            spark.readStream.format(KafkaRangeDataSource.name())
             .option("bootstrap.servers", self.settings.bootstrap_servers)
             .option("topics", ",".join(plan.source_topics))
             .option("max.records.per.batch", str(self.settings.max_records_per_batch))
@@ -342,7 +345,7 @@ class TopologyRunner:
             for (topic, partition), offset in end_offsets_cap.items():
                 caps.setdefault(topic, {})[str(partition)] = offset
             reader = reader.option("end.offsets", json.dumps(caps))
-        records = reader.load()
+        ranges = reader.load()
         mapping = F.create_map(
             *[
                 item
@@ -366,11 +369,8 @@ class TopologyRunner:
                 F.col("partition").cast("string"),
             ),
         )
-        columns = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
-        # Empty header arrays become nulls: pyspark turns every array cell into a numpy array
-        # of dicts on the way to pandas (~5 % of a worker's time), a null costs nothing.
-        headers_or_null = F.when(F.size("headers") > 0, F.col("headers")).alias("headers")
-        keyed = records.select(task_column.alias("task"), *columns[:-1], headers_or_null)
+        columns = ["topic", "partition", "start", "end"]
+        keyed = ranges.select(task_column.alias("task"), *columns)
         bootstrap = (
             spark.readStream.format(BOOTSTRAP_FORMAT)
             .option("tasks", json.dumps([group_keys[task_id] for task_id in plan.task_ids]))
@@ -618,9 +618,21 @@ class TopologyRunner:
         return restore
 
     def close(self) -> None:
-        """Stop the query if running; stop the SparkSession if this runner created it."""
+        """Stop the query if running, close the tasks, stop the SparkSession if this runner
+        created it.
+
+        Tasks live in host processes between micro-batches (``task_host.py``); closing them
+        runs the processors' ``close()``. Hosts on other machines exit with their executor.
+        """
         if self._query is not None and self._query.isActive:
             self._query.stop()
+        if self.plan is not None:
+            closed = close_hosts(
+                Path(self.settings.state_dir).resolve(),
+                self.config.application_id,
+                self.plan.task_ids,
+            )
+            _log.debug("tasks_closed", tasks=closed)
         if self._own_spark and self._spark is not None:
             self._spark.stop()
             self._spark = None

@@ -1,0 +1,158 @@
+"""One bounded partition reader: exactly the offsets ``[start, end)`` of one topic-partition.
+
+Used by the tasks (their planned input ranges), the Spark source and the changelog restore.
+A range ends when a record at or past ``end`` arrives, when the consumer's position reaches
+``end`` (offsets taken by transaction markers, aborted records under ``read_committed`` or
+compacted-away records are skipped by the broker and never delivered, so they are not waited
+for), or when partition-EOF is reported at or past ``end``. No progress for ``stall_timeout_s``
+raises :class:`~processor_api.errors.SourceReadError` naming topic, partition and offset.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from processor_api.errors import SourceReadError
+from processor_api.kafka.admin import client_config
+from processor_api.logging import get_logger
+
+_log = get_logger("processor_api.reader")
+
+_FATAL_CODES = (
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+)
+
+
+def bounded_consumer(
+    bootstrap_servers: str,
+    role: str,
+    *,
+    isolation_level: str,
+    fail_on_data_loss: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> Consumer:
+    """A consumer for :func:`read_bounded`: never joins a group, never commits."""
+    return Consumer(
+        client_config(
+            bootstrap_servers,
+            role,
+            **{
+                "group.id": f"processor-api-{role}-{uuid.uuid4().hex}",  # never joined
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
+                "isolation.level": isolation_level,
+                "allow.auto.create.topics": False,
+                "fetch.wait.max.ms": 100,
+                **(extra or {}),
+            },
+        )
+    )
+
+
+def read_bounded(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    batch_size: int = 10_000,
+    stall_timeout_s: float = 60.0,
+    source: str = "",
+) -> Iterator[list[Any]]:
+    """Yield lists of confluent-kafka ``Message``s of ``topic[partition]`` in ``[start, end)``.
+
+    Messages come in offset order, each list at most ``batch_size`` long. ``consumer`` is
+    (re)assigned to the partition; it may be reused for the next range. ``source`` names the
+    broker in errors.
+    """
+    if end <= start:
+        return
+    tp = TopicPartition(topic, partition)
+    consumer.assign([TopicPartition(topic, partition, start)])
+    position = start
+    eof_at: int | None = None
+    last_progress = time.monotonic()
+    try:
+        while position < end:
+            budget = max(1, min(end - position, batch_size))
+            out: list[Any] = []
+            done = False
+            for message in consumer.consume(num_messages=budget, timeout=0.2):
+                error = message.error()
+                if error is not None:
+                    code = error.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        eof_at = int(message.offset())
+                        if eof_at >= end:
+                            done = True
+                            break
+                        continue
+                    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        raise SourceReadError(
+                            f"offset {position} is no longer on the broker (retention or "
+                            f"compaction removed it, or the broker lost data); planned range "
+                            f"{start}..{end}: {error.str()}",
+                            topic=topic,
+                            partition=partition,
+                            offset=position,
+                        )
+                    if error.fatal() or code in _FATAL_CODES:
+                        raise SourceReadError(
+                            f"reading {start}..{end} failed: {error.str()}",
+                            topic=topic,
+                            partition=partition,
+                            offset=position,
+                        )
+                    _log.debug(
+                        "read_transient_error", topic=topic, partition=partition, error=error.str()
+                    )
+                    continue
+                offset = message.offset()
+                if offset >= end:
+                    done = True
+                    break
+                if offset < position:
+                    continue
+                out.append(message)
+                position = offset + 1
+            if out:
+                last_progress = time.monotonic()
+                yield out
+            if done or position >= end:
+                break
+            try:
+                current = consumer.position([tp])[0].offset
+            except KafkaException:
+                current = None
+            if current is not None and current > position:
+                # skipped offsets (control records, aborted or compacted records)
+                position = current
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                broker_end = (
+                    f"; the broker reports its end at {eof_at}" if eof_at is not None else ""
+                )
+                raise SourceReadError(
+                    f"no record at or after offset {position} arrived within "
+                    f"{stall_timeout_s:g}s while reading the planned range {start}..{end}"
+                    f"{' from ' + source if source else ''}{broker_end}",
+                    topic=topic,
+                    partition=partition,
+                    offset=position,
+                )
+    finally:
+        try:
+            consumer.unassign()
+        except KafkaException:
+            pass

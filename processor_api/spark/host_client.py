@@ -1,0 +1,165 @@
+"""Talking to task hosts: finding or starting a task's host process, requests, closing hosts.
+
+Every task runs in a host process of its own on the executor (``task_host.py``), which keeps
+the task alive between micro-batches. Spark's Python worker that gets the task's group in a
+micro-batch only forwards the request: pyspark hands groups to whichever worker is free, so
+the task cannot live in a worker.
+
+A host listens on an abstract Unix socket (no file, no path length limit) named after the
+task directory and the pyspark daemon that started it; it writes that name to
+``<task dir>/.host`` once it owns the task, so the driver can close it at the end of a run and
+a host elsewhere can ask it to let the task go. Messages are 8-byte big-endian lengths
+followed by a pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from processor_api import errors
+from processor_api.errors import StreamsError
+
+HOST_FILE = ".host"
+START_TIMEOUT_S = 60.0
+_LENGTH = struct.Struct(">Q")
+
+
+def socket_name(task_dir: Path, daemon_pid: int) -> str:
+    """The abstract socket name of the host of ``task_dir`` started under ``daemon_pid``."""
+    digest = hashlib.sha1(str(Path(task_dir).resolve()).encode()).hexdigest()[:20]
+    return f"processor-api-{digest}-{daemon_pid}"
+
+
+def send_message(sock: socket.socket, message: Any) -> None:
+    """Write one framed message."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_LENGTH.pack(len(data)) + data)
+
+
+def receive_message(sock: socket.socket) -> Any | None:
+    """Read one framed message; ``None`` when the peer closed the connection first."""
+    header = _receive_exactly(sock, _LENGTH.size)
+    if header is None:
+        return None
+    (length,) = _LENGTH.unpack(header)
+    body = _receive_exactly(sock, length)
+    if body is None:
+        raise ConnectionError("the connection closed in the middle of a message")
+    return pickle.loads(body)
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks = []
+    remaining = size
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            if remaining == size:
+                return None
+            raise ConnectionError("the connection closed in the middle of a message")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _connect(name: str, timeout_s: float | None = None) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + name)
+    except OSError:
+        sock.close()
+        return None
+    sock.settimeout(timeout_s)
+    return sock
+
+
+def request(name: str, message: dict[str, Any], timeout_s: float | None = None) -> Any:
+    """Send one request to the host ``name`` and return its reply (``None``: no such host)."""
+    sock = _connect(name, timeout_s)
+    if sock is None:
+        return None
+    with sock:
+        send_message(sock, message)
+        return receive_message(sock)
+
+
+def connect_or_start(task_dir: Path, log_format: str) -> socket.socket:
+    """A connection to the host of ``task_dir`` under this worker's daemon, started if needed."""
+    daemon_pid = os.getppid()
+    name = socket_name(task_dir, daemon_pid)
+    sock = _connect(name)
+    if sock is not None:
+        return sock
+    # Two workers may start a host for the same task at once: only one can bind the name,
+    # the other host exits at once and both workers connect to the winner.
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "processor_api.spark.task_host",
+            name,
+            str(task_dir),
+            str(daemon_pid),
+            log_format,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        sock = _connect(name)
+        if sock is not None:
+            return sock
+        if process.poll() not in (None, 0):
+            raise StreamsError(
+                f"the task host for {task_dir} exited with code {process.returncode} at start "
+                "(its error is in the executor's log)"
+            )
+        time.sleep(0.01)
+    raise StreamsError(f"the task host for {task_dir} did not listen within {START_TIMEOUT_S:g}s")
+
+
+def raise_remote_error(reply: dict[str, Any]) -> None:
+    """Raise the error a host reported, as the same processor_api error type when there is one."""
+    name, text = reply["error_type"], reply["message"]
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, StreamsError):
+        error = cls.__new__(cls)
+        Exception.__init__(error, text)
+    else:
+        error = StreamsError(f"{name}: {text}")
+    if hasattr(error, "add_note"):  # Python 3.11+
+        error.add_note(f"in the task host:\n{reply['traceback']}")
+    raise error
+
+
+def close_hosts(state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str]) -> int:
+    """Ask every host of the application's tasks on this machine to close its task and exit.
+
+    Returns how many closed. ``close()`` of the processors runs in each.
+    """
+    closed = 0
+    for task_id in task_ids:
+        marker = Path(state_dir) / application_id / task_id / HOST_FILE
+        try:
+            name = marker.read_text().strip()
+        except OSError:
+            continue
+        try:
+            reply = request(name, {"op": "close"}, timeout_s=120.0)
+        except (OSError, ConnectionError):
+            continue
+        if reply is not None:
+            closed += 1
+    return closed

@@ -1,0 +1,43 @@
+"""What the driver hands every executor for a run: the job spec, pickled into Spark's function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from processor_api.topology import Topology
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything an executor needs to run tasks of one run (stable across its passes)."""
+
+    run_id: str
+    topology_ref: str | None
+    topology_kwargs: dict[str, Any]
+    topology_pickle: bytes | None
+    bootstrap_servers: str
+    state_dir: str
+    config: dict[str, Any]
+    log_format: str = "console"
+    producer_config: dict[str, Any] = field(default_factory=dict)
+    flush_timeout_s: float = 60.0
+    wall_clock_timeouts: bool = True  # False for Trigger.AvailableNow (NoTimeout) queries
+    task_ids: tuple[str, ...] = ()  # every task of the run, in order (commit marker partitions)
+
+    def load_topology(self) -> Topology:
+        """The run's topology: imported by reference, or unpickled."""
+        if self.topology_ref is not None:
+            from processor_api.loader import load_topology
+
+            return load_topology(self.topology_ref, self.topology_kwargs)
+        from pyspark import cloudpickle
+
+        assert self.topology_pickle is not None
+        return cloudpickle.loads(self.topology_pickle)
+
+
+def parse_task_id(task_id: str) -> tuple[int, int]:
+    """``"<subtopology>_<partition>"`` -> (subtopology, partition)."""
+    sub, _, partition = task_id.partition("_")
+    return int(sub), int(partition)

@@ -1,0 +1,293 @@
+"""One task for as long as it lives on this executor: the micro-batch life, top to bottom.
+
+A :class:`TaskRunner` lives in the task's host process (``task_host.py``) and keeps, between
+micro-batches, what Kafka Streams' stream thread keeps: the processors (``init`` ran once),
+the open stores, the producer and a consumer. A micro-batch is::
+
+    resume      the runner's last committed metadata == the state Spark hands over? reuse;
+                otherwise drop the task (close) and rebuild it: recover (exactly-once: adopt a
+                committed marker), open and restore the stores, init the processors
+    read        exactly the planned offset ranges of its input partitions (confluent-kafka)
+    process     the engine: order, deserialize, process, stream-time and wall-clock punctuation
+    produce     changelog records (the last write per key); sink records went out as produced
+    commit      every record acknowledged -> the guarantee commits (a transaction under
+                exactly_once_v2) -> buffered store writes applied, local checkpoint written
+    hand back   the new metadata, which Spark commits with the micro-batch
+
+Any failure drops the task (its uncommitted writes and transaction are abandoned, ``close``
+runs) and re-raises: Spark re-runs the micro-batch from the committed state.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+from processor_api.config import StreamsConfig
+from processor_api.engine.metadata import CommitState, TaskMetadata
+from processor_api.engine.records import InputRecord
+from processor_api.engine.task import Task
+from processor_api.errors import StreamsError
+from processor_api.kafka.collector import KafkaCollector, read_changelog
+from processor_api.kafka.names import changelog_topic
+from processor_api.kafka.reader import bounded_consumer, read_bounded
+from processor_api.logging import get_logger
+from processor_api.spark.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
+from processor_api.spark.job import JobSpec, parse_task_id
+from processor_api.state.locks import TaskLock
+from processor_api.state.manager import TaskStores, task_directory
+from processor_api.topology import SubTopology, Topology
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """Offsets ``[start, end)`` of one input partition, as the source planned them."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one micro-batch of a task did, and the metadata to hand to Spark."""
+
+    metadata_json: str
+    processed: int
+    outputs: int
+    changelog_records: int
+    restored: int
+    next_wall_clock_due: int | None
+    clock_ms: int
+    rebuilt: bool
+
+
+class TaskRunner:
+    """Runs every micro-batch of one task while this process owns it (see module docs)."""
+
+    def __init__(self, spec: JobSpec, topology: Topology, task_id: str, lock: TaskLock) -> None:
+        self.spec = spec
+        self.task_id = task_id
+        self.config = StreamsConfig.from_dict(spec.config)
+        self.app_id = self.config.application_id
+        sub_id, self.partition = parse_task_id(task_id)
+        subtopology = {sub.id: sub for sub in topology.subtopologies()}.get(sub_id)
+        if subtopology is None:
+            raise StreamsError(f"task {task_id}: the topology has no sub-topology {sub_id}")
+        self.subtopology: SubTopology = subtopology
+        self.topology = topology
+        self.directory = task_directory(spec.state_dir, self.app_id, task_id)
+        self._lock = lock
+        self._guarantee = self._make_guarantee()
+        self._consumer: Any = None
+        self._task: Task | None = None
+        self._stores: TaskStores | None = None
+        self._collector: KafkaCollector | None = None
+        self._committed_json: str | None = None
+        self._commit_state = CommitState()
+        self._changelog_positions: dict[str, int] = {}
+        self.inits = 0
+        self._log = get_logger("processor_api.task_runner", task=task_id)
+
+    def _make_guarantee(self) -> Guarantee:
+        spec = self.spec
+        if self.config.exactly_once:
+            return ExactlyOnce(
+                bootstrap_servers=spec.bootstrap_servers,
+                producer_config=spec.producer_config,
+                flush_timeout_s=spec.flush_timeout_s,
+                application_id=self.app_id,
+                task_id=self.task_id,
+                marker_partition=spec.task_ids.index(self.task_id),
+                directory=self.directory,
+            )
+        return AtLeastOnce(spec.bootstrap_servers, spec.producer_config, spec.flush_timeout_s)
+
+    # ------------------------------------------------------------------ batch
+    def run_batch(self, state_json: str | None, ranges: list[InputRange]) -> BatchResult:
+        """One micro-batch: resume or rebuild, read, process, produce, commit."""
+        rebuilt = False
+        restored = 0
+        if self._task is None or state_json != self._committed_json:
+            restored = self._rebuild(TaskMetadata.from_json(state_json))
+            rebuilt = True
+        task, stores, collector = self._task, self._stores, self._collector
+        assert task is not None and stores is not None and collector is not None
+        guarantee = self._guarantee
+        sent_before = collector.sent
+        processed_before = task.records_processed
+        try:
+            guarantee.begin()
+            task.process_batch(self._read(ranges))
+            task.maybe_punctuate_wall_clock()
+            changelog_count = self._produce_changelogs(task, collector)
+            guarantee.flush()
+            positions = self._acked_changelog_positions(task)
+            task.set_changelog_offsets(positions)
+            metadata = replace(task.metadata(), commit=self._commit_state)
+            metadata = guarantee.commit(metadata)
+            stores.commit(positions)
+        except BaseException:
+            dropped = stores.discard()
+            guarantee.abandon()
+            self._log.warning("task_batch_failed", buffered_writes_dropped=dropped)
+            self._drop_task()
+            raise
+        self._commit_state = metadata.commit
+        self._changelog_positions = dict(positions)
+        self._committed_json = metadata.to_json()
+        return BatchResult(
+            metadata_json=self._committed_json,
+            processed=task.records_processed - processed_before,
+            outputs=collector.sent - sent_before,
+            changelog_records=changelog_count,
+            restored=restored,
+            next_wall_clock_due=task.next_wall_clock_due(),
+            clock_ms=task.clock(),
+            rebuilt=rebuilt,
+        )
+
+    def _rebuild(self, metadata: TaskMetadata) -> int:
+        """Drop the current task (if any) and build it anew from ``metadata``."""
+        if self._task is not None:
+            self._log.info("task_rebuilt", reason="the committed state moved on elsewhere")
+        self._drop_task()
+        metadata = self._guarantee.recover(metadata)
+        builders = {
+            name: self.topology.store_builders[name] for name in self.subtopology.store_names
+        }
+        stores = TaskStores(
+            application_id=self.app_id,
+            task_id=self.task_id,
+            partition=self.partition,
+            directory=self.directory,
+            builders=builders,
+            changelog_topics={name: changelog_topic(self.app_id, name) for name in builders},
+            timestamp_fn=lambda: 0,
+        )
+        collector = KafkaCollector(self._guarantee.producer, self.spec.bootstrap_servers)
+        task = Task(
+            subtopology=self.subtopology,
+            partition=self.partition,
+            store_builders=self.topology.store_builders,
+            store_factory=stores.build,
+            collector=collector,
+            config=self.config,
+            metadata=metadata,
+        )
+        self._task, self._stores, self._collector = task, stores, collector
+        try:
+            restored = stores.restore(metadata.changelog_offsets, self._replay_changelog)
+            task.stores.update(stores.stacks)  # a repaired store is a new instance
+            task.initialize()
+        except BaseException:
+            self._drop_task()
+            raise
+        self.inits += 1
+        self._commit_state = metadata.commit
+        self._changelog_positions = dict(metadata.changelog_offsets)
+        self._committed_json = metadata.to_json()
+        return sum(restored.values())
+
+    def _replay_changelog(
+        self, topic: str, partition: int, start: int, end: int, apply: Any
+    ) -> int:
+        return read_changelog(
+            self.spec.bootstrap_servers,
+            topic,
+            partition,
+            start,
+            end,
+            apply,
+            isolation_level=self._guarantee.isolation_level,
+        )
+
+    def _read(self, ranges: list[InputRange]) -> list[InputRecord]:
+        """Every record of the planned ranges, as the engine's input records."""
+        if not ranges:
+            return []
+        if self._consumer is None:
+            self._consumer = bounded_consumer(
+                self.spec.bootstrap_servers,
+                f"task-{self.task_id}",
+                isolation_level=self._guarantee.isolation_level,
+                extra={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+            )
+        records: list[InputRecord] = []
+        append = records.append
+        not_available = TIMESTAMP_NOT_AVAILABLE
+        for planned in ranges:
+            topic, partition = planned.topic, planned.partition
+            for messages in read_bounded(
+                self._consumer,
+                topic,
+                partition,
+                planned.start,
+                planned.end,
+                source=self.spec.bootstrap_servers,
+            ):
+                for message in messages:
+                    kind, timestamp = message.timestamp()
+                    headers = message.headers()
+                    append(
+                        InputRecord(
+                            topic,
+                            partition,
+                            message.offset(),
+                            -1 if kind == not_available else timestamp,
+                            message.key(),
+                            message.value(),
+                            () if headers is None else tuple(headers),
+                        )
+                    )
+        return records
+
+    def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
+        count = 0
+        for store_name, changes in task.flush().items():
+            count += collector.send_changes(
+                changelog_topic(self.app_id, store_name), self.partition, changes
+            )
+        return count
+
+    def _acked_changelog_positions(self, task: Task) -> dict[str, int]:
+        """Per store, the changelog end offset after this batch's acknowledged records."""
+        acked = self._guarantee.producer.acked_end_offsets()
+        positions = dict(self._changelog_positions)
+        for store_name in task.stores:
+            key = (changelog_topic(self.app_id, store_name), self.partition)
+            if key in acked:
+                positions[store_name] = acked[key]
+            positions.setdefault(store_name, 0)
+        return positions
+
+    # --------------------------------------------------------------- lifetime
+    def _drop_task(self) -> None:
+        """Close the processors and the stores of the current task, if any."""
+        task, stores = self._task, self._stores
+        self._task = self._stores = self._collector = None
+        self._committed_json = None
+        if task is not None:
+            try:
+                task.close(close_stores=False)
+            except Exception as exc:  # noqa: BLE001 - keep dropping; the cause is logged
+                self._log.warning("task_close_failed", error=str(exc))
+        if stores is not None:
+            stores.close()
+
+    def close(self) -> None:
+        """The task leaves this process: close it, its producer and consumer, free its lock."""
+        started = time.monotonic()
+        try:
+            self._drop_task()
+            self._guarantee.close()
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+        finally:
+            self._lock.__exit__(None, None, None)
+        self._log.info("task_closed", duration_ms=round((time.monotonic() - started) * 1000, 1))
