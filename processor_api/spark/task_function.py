@@ -101,7 +101,7 @@ def run_task(
     duration_ms = (time.monotonic() - started) * 1000
     metadata = TaskMetadata.from_json(result.metadata_json)
     if ranges or result.changelog_records or result.outputs:
-        get_logger("processor_api.spark_task", task=task_id).debug(
+        get_logger("processor_api.spark_task", task=task_id).info(
             "task_batch_done",
             ranges=len(ranges),
             processed=result.processed,
