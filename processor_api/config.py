@@ -2,10 +2,13 @@
 
 Keys may be written Kafka-style with dots or dashes (``application.id``,
 ``processing.exception.handler``) or with underscores; they are normalized to underscores.
+Unknown keys are refused (:class:`~processor_api.errors.ConfigError` with the closest known key):
+a misspelt setting must not be silently ignored.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -36,6 +39,51 @@ def normalize_key(key: str) -> str:
     return key.strip().replace(".", "_").replace("-", "_").lower()
 
 
+#: Known keys that are not fields of :class:`StreamsConfig` (yet): accepted, kept in ``extra``
+#: and handed to the engine as they are.
+EXTRA_KEYS = frozenset({"production_exception_handler"})
+
+#: Kafka Streams' names (normalized) of the keys above; ``default.`` prefixes are accepted too.
+ALIASES = {
+    "errors_dead_letter_queue_topic_name": "dead_letter_topic",
+    "dead_letter_queue_topic": "dead_letter_topic",
+}
+
+#: Keys with a ``run-topology`` flag or Kafka client setting instead: refused with a hint.
+ELSEWHERE = {
+    "bootstrap_servers": "give it with --bootstrap-servers",
+    "state_dir": "give it with --state-dir",
+    "commit_interval_ms": "micro-batches commit; set --trigger-interval (seconds)",
+}
+
+
+def known_keys() -> frozenset[str]:
+    """Every key :meth:`StreamsConfig.from_dict` accepts (normalized, without aliases)."""
+    return frozenset(f.name for f in fields(StreamsConfig) if f.name != "extra") | EXTRA_KEYS
+
+
+def canonical_key(raw_key: str) -> str:
+    """The normalized key ``raw_key`` stands for; ``ConfigError`` for an unknown one.
+
+    The error names the key and suggests the closest known one (``dead_leter_topic`` ->
+    ``dead_letter_topic``).
+    """
+    known = known_keys()
+    key = normalize_key(raw_key)
+    for candidate in (key, key.removeprefix("default_")):
+        candidate = ALIASES.get(candidate, candidate)
+        if candidate in known:
+            return candidate
+    if key in ELSEWHERE:
+        raise ConfigError(f"config key {raw_key!r} is not a runtime setting: {ELSEWHERE[key]}")
+    close = difflib.get_close_matches(key, sorted(known | set(ALIASES)), n=1, cutoff=0.6)
+    hint = f" (did you mean {ALIASES.get(close[0], close[0])!r}?)" if close else ""
+    raise ConfigError(
+        f"unknown config key {raw_key.strip()!r}{hint}; known keys: {', '.join(sorted(known))}"
+        " (Kafka Streams' dotted names work too; Kafka client settings go to --kafka-config)"
+    )
+
+
 @dataclass
 class StreamsConfig:
     """Validated settings of a topology run (test driver or Spark)."""
@@ -49,15 +97,19 @@ class StreamsConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any] | None) -> StreamsConfig:
-        """Build from a user dict; unknown keys are kept in ``extra``."""
-        known = {f.name for f in fields(cls)} - {"extra"}
+        """Build from a user dict; an unknown key is a :class:`ConfigError` naming it.
+
+        Keys may be Kafka Streams' names, dotted or underscored
+        (``default.deserialization.exception.handler``,
+        ``errors.dead.letter.queue.topic.name``). Known keys that are not fields yet (see
+        ``EXTRA_KEYS``) are kept in ``extra``.
+        """
+        field_names = {f.name for f in fields(cls)} - {"extra"}
         values: dict[str, Any] = {}
-        extra: dict[str, str] = {}
+        extra: dict[str, Any] = {}
         for raw_key, value in (config or {}).items():
-            key = normalize_key(raw_key)
-            if key.startswith("default_") and key[len("default_") :] in known:
-                key = key[len("default_") :]
-            if key in known:
+            key = canonical_key(str(raw_key))
+            if key in field_names:
                 values[key] = value
             else:
                 extra[key] = value

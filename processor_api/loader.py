@@ -2,29 +2,97 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
+import os
+import sys
 from typing import Any
 
-from processor_api.errors import ConfigError
+from processor_api.errors import ConfigError, StreamsError
 from processor_api.topology import Topology
 
 
+def _signature_text(function: Any) -> str:
+    try:
+        signature = inspect.signature(function)
+        plain = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        return f"{function.__name__}{plain}"
+    except (TypeError, ValueError):
+        return getattr(function, "__name__", repr(function))
+
+
+def _arguments_text(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "none"
+
+
+def check_topology_arguments(reference: str, function: Any, kwargs: dict[str, Any]) -> None:
+    """``ConfigError`` naming the argument and the parameters when ``kwargs`` do not bind."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return  # a builtin or C function: let the call decide
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        parameters = [p for p in signature.parameters.values() if p.kind is not p.VAR_POSITIONAL]
+        unknown = [k for k in kwargs if k not in signature.parameters]
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+        if unknown and not accepts_any:
+            what = f"unknown topology argument {unknown[0]!r}"
+            close = difflib.get_close_matches(unknown[0], [p.name for p in parameters], n=1)
+            if close:
+                what += f" (did you mean {close[0]!r}?)"
+        else:
+            what = f"topology arguments do not fit: {exc}"
+        raise ConfigError(
+            f"{what} for {reference}; its parameters: {_signature_text(function)}"
+        ) from None
+
+
 def load_topology(reference: str, kwargs: dict[str, Any] | None = None) -> Topology:
-    """Import ``module`` and call ``function(**kwargs)``; it must return a :class:`Topology`."""
+    """Import ``module`` and call ``function(**kwargs)``; it must return a :class:`Topology`.
+
+    The current directory is searched for ``module`` too (``run-topology mymodule:build``
+    finds ``./mymodule.py``). Arguments that do not fit the function's signature, and a
+    ``TypeError`` or ``ValueError`` the function raises for them, are ``ConfigError``\\s naming
+    the arguments and the function's parameters.
+    """
+    kwargs = dict(kwargs or {})
     module_name, sep, function_name = reference.partition(":")
     if not sep or not module_name or not function_name:
         raise ConfigError(
             f"topology reference {reference!r} must look like MODULE:FUNCTION, "
             "e.g. topologies.sales_aggregation:build_topology"
         )
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"cannot import module {module_name!r} of {reference!r}: {exc}") from exc
+        raise ConfigError(
+            f"cannot import module {module_name!r} of {reference!r}: {exc} "
+            f"(searched the current directory {cwd} and the Python path)"
+        ) from exc
     function = getattr(module, function_name, None)
     if function is None or not callable(function):
         raise ConfigError(f"module {module_name!r} has no callable {function_name!r}")
-    topology = function(**(kwargs or {}))
+    check_topology_arguments(reference, function, kwargs)
+    try:
+        topology = function(**kwargs)
+    except StreamsError:
+        raise
+    except (TypeError, ValueError) as exc:
+        if not kwargs:
+            raise
+        raise ConfigError(
+            f"{reference} raised {type(exc).__name__}: {exc} with topology arguments "
+            f"{_arguments_text(kwargs)}; its parameters: {_signature_text(function)}"
+        ) from exc
     if not isinstance(topology, Topology):
         raise ConfigError(
             f"{reference} returned {type(topology).__name__}, expected a processor_api.Topology"
