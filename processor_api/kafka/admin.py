@@ -19,6 +19,7 @@ every client built by this package passes it as the ``logger`` config.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -28,10 +29,12 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from processor_api.errors import (
     BrokerUnavailableError,
+    ConfigError,
     MissingTopicError,
     StreamsError,
     TopicMismatchError,
 )
+from processor_api.kafka.client_config import KafkaClientConfig, Role
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -44,53 +47,110 @@ class LibrdkafkaLogger:
     """Adapter handed to confluent-kafka clients as ``logger``: librdkafka lines go to structlog.
 
     librdkafka errors and warnings (e.g. "Connect to ... failed: Connection refused") become
-    structlog warnings; everything else is logged at debug level.
+    structlog warnings, each distinct one once per client (librdkafka repeats them on every
+    reconnect; the repeats are debug lines); everything else is logged at debug level. The
+    last warning is kept (:attr:`last_warning`) for error messages.
     """
+
+    _VARYING = re.compile(r"\(after \d+ms[^)]*\)|\d+ms|\b\d+\.\d+\b")
 
     def __init__(self, client: str = "librdkafka") -> None:
         self._log = get_logger("processor_api.kafka.librdkafka", client=client)
+        self._seen: set[str] = set()
+        self.last_warning: str | None = None
+        self.muted = False  # warnings only kept (the caller reports them), logged at debug
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         """Called by confluent-kafka with a stdlib logging level and a %-format string."""
         message = fmt % args if args else fmt
         if level >= logging.WARNING:
-            self._log.warning("librdkafka", message=message)
-        else:
-            self._log.debug("librdkafka", message=message)
+            self.last_warning = message
+            shape = self._VARYING.sub("", message)
+            if shape not in self._seen and not self.muted:
+                self._seen.add(shape)
+                self._log.warning("librdkafka", message=message)
+                return
+        self._log.debug("librdkafka", message=message)
 
 
-def client_config(bootstrap_servers: str, client: str, **extra: Any) -> dict[str, Any]:
-    """Base librdkafka config: the bootstrap address, structlog logging, plus ``extra``."""
+def client_config(
+    bootstrap_servers: str,
+    client: str,
+    *,
+    role: Role = "admin",
+    kafka: KafkaClientConfig | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The librdkafka config of one client.
+
+    In increasing precedence: the bootstrap address and structlog logging, the caller's
+    ``defaults``, the user's settings for ``role`` (``kafka``, see
+    :class:`~processor_api.kafka.client_config.KafkaClientConfig`), the caller's ``extra``
+    (settings the runtime relies on, e.g. ``isolation.level``).
+    """
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
         "logger": LibrdkafkaLogger(client),
     }
+    config.update(defaults or {})
+    if kafka is not None:
+        config.update(kafka.for_role(role))
     config.update(extra)
     return config
 
 
-def _admin(bootstrap_servers: str) -> AdminClient:
-    return AdminClient(client_config(bootstrap_servers, "admin"))
+class _Admin(NamedTuple):
+    client: AdminClient
+    logger: LibrdkafkaLogger
+    settings: str  # the user's settings, secrets masked, for error messages
 
 
-def _metadata(admin: AdminClient, bootstrap_servers: str, timeout_s: float) -> ClusterMetadata:
+def _admin(bootstrap_servers: str, kafka: KafkaClientConfig | None = None) -> _Admin:
+    config = client_config(bootstrap_servers, "admin", role="admin", kafka=kafka)
+    try:
+        client = AdminClient(config)
+    except KafkaException as exc:
+        raise ConfigError(f"cannot create a Kafka admin client: {exc.args[0].str()}") from None
+    return _Admin(client, config["logger"], kafka.describe() if kafka else "")
+
+
+def _metadata(admin: _Admin, bootstrap_servers: str, timeout_s: float) -> ClusterMetadata:
     """All-topic metadata (never names a topic, so nothing is auto-created)."""
     try:
-        return admin.list_topics(timeout=timeout_s)
+        return admin.client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        admin.logger.muted = True  # the error below carries the reason
+        admin.client.poll(0)  # serves librdkafka's log queue: the reason is in its last line
+        cause = admin.logger.last_warning
         raise BrokerUnavailableError(
             f"no Kafka broker answered a metadata request at {bootstrap_servers} "
             f"within {timeout_s:g}s: {exc.args[0].str() if exc.args else exc}"
+            + (f"; last client error: {_short(cause)}" if cause else "")
+            + (
+                f" (Kafka client settings: {admin.settings})"
+                if admin.settings
+                else " (no Kafka client settings given: plaintext, no authentication)"
+            )
         ) from exc
 
 
-def check_broker(bootstrap_servers: str, timeout_s: float = 5.0) -> ClusterMetadata:
+def _short(line: str) -> str:
+    """A librdkafka log line without its ``FAIL [rdkafka#producer-1] [thrd:...]:`` prefix."""
+    return re.sub(r"^\S+ \[[^\]]*\] \[thrd:[^\]]*\]: ", "", line.strip())
+
+
+def check_broker(
+    bootstrap_servers: str, timeout_s: float = 5.0, *, kafka: KafkaClientConfig | None = None
+) -> ClusterMetadata:
     """Return the cluster metadata, or raise ``BrokerUnavailableError`` naming the address.
 
-    Returns within about ``timeout_s`` seconds whether or not anything listens there.
+    Returns within about ``timeout_s`` seconds whether or not anything listens there. The
+    error names the address, librdkafka's last complaint (refused connection, TLS handshake,
+    authentication) and the client settings in use (secrets masked).
     """
     started = time.monotonic()
-    metadata = _metadata(_admin(bootstrap_servers), bootstrap_servers, timeout_s)
+    metadata = _metadata(_admin(bootstrap_servers, kafka), bootstrap_servers, timeout_s)
     if not metadata.brokers:
         raise BrokerUnavailableError(
             f"the Kafka cluster at {bootstrap_servers} answered but reported no brokers"
@@ -113,7 +173,11 @@ def _partition_counts(metadata: ClusterMetadata) -> dict[str, int]:
 
 
 def topic_partitions(
-    bootstrap_servers: str, topics: Iterable[str], timeout_s: float = 10.0
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    timeout_s: float = 10.0,
+    *,
+    kafka: KafkaClientConfig | None = None,
 ) -> dict[str, int]:
     """Partition count of each topic in ``topics``.
 
@@ -121,7 +185,9 @@ def topic_partitions(
     ``BrokerUnavailableError`` when no broker answers within ``timeout_s``.
     """
     wanted = list(dict.fromkeys(topics))
-    counts = _partition_counts(_metadata(_admin(bootstrap_servers), bootstrap_servers, timeout_s))
+    counts = _partition_counts(
+        _metadata(_admin(bootstrap_servers, kafka), bootstrap_servers, timeout_s)
+    )
     missing = tuple(name for name in wanted if name not in counts)
     if missing:
         raise MissingTopicError(
@@ -173,11 +239,13 @@ def wait_for_topics(
     bootstrap_servers: str,
     specs: Iterable[TopicSpec | tuple[Any, ...]],
     timeout_s: float = 10.0,
-    admin: AdminClient | None = None,
+    admin: _Admin | None = None,
+    *,
+    kafka: KafkaClientConfig | None = None,
 ) -> None:
     """Wait until metadata shows every topic with all its partitions led by a broker."""
     pending = [_as_spec(s) for s in specs]
-    admin = admin or _admin(bootstrap_servers)
+    admin = admin or _admin(bootstrap_servers, kafka)
     deadline = time.monotonic() + timeout_s
     while True:
         metadata = _metadata(admin, bootstrap_servers, max(0.5, deadline - time.monotonic()))
@@ -202,6 +270,7 @@ def create_topics(
     exist_ok: bool,
     timeout_s: float = 10.0,
     replication_factor: int = -1,
+    kafka: KafkaClientConfig | None = None,
 ) -> list[str]:
     """Create ``specs``; return the names actually created.
 
@@ -209,7 +278,7 @@ def create_topics(
     is an error naming the topic. Waits until all the topics are usable.
     """
     specs = [_as_spec(s) for s in specs]
-    admin = _admin(bootstrap_servers)
+    admin = _admin(bootstrap_servers, kafka)
     existing = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
     present = [s for s in specs if s.name in existing]
     if present and not exist_ok:
@@ -221,7 +290,7 @@ def create_topics(
     to_create = [s for s in specs if s.name not in existing]
     created: list[str] = []
     if to_create:
-        futures = admin.create_topics(
+        futures = admin.client.create_topics(
             [
                 NewTopic(
                     s.name,
@@ -251,7 +320,7 @@ def create_topics(
                 ) from exc
     wait_for_topics(bootstrap_servers, specs, timeout_s=timeout_s, admin=admin)
     if created:
-        _log.info("topics_created", bootstrap_servers=bootstrap_servers, topics=created)
+        _log.debug("topics_created", bootstrap_servers=bootstrap_servers, topics=created)
     return created
 
 
@@ -259,6 +328,8 @@ def ensure_topics(
     bootstrap_servers: str,
     specs: Iterable[TopicSpec | tuple[Any, ...]],
     timeout_s: float = 10.0,
+    *,
+    kafka: KafkaClientConfig | None = None,
 ) -> list[str]:
     """Make sure every ``(name, partitions, config)`` topic exists; return the ones created.
 
@@ -267,4 +338,4 @@ def ensure_topics(
     partitions of every topic with a leader. Raises ``TopicMismatchError`` if an existing topic
     has a different partition count than required. Configs of existing topics are not changed.
     """
-    return create_topics(bootstrap_servers, specs, exist_ok=True, timeout_s=timeout_s)
+    return create_topics(bootstrap_servers, specs, exist_ok=True, timeout_s=timeout_s, kafka=kafka)

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config, topic_partitions
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.producer import DeliveryTracker
 from processor_api.logging import get_logger
 from processor_api.state.changelogging import ChangeRecord
@@ -35,9 +36,16 @@ class ProducedRecord(Protocol):
 class KafkaCollector:
     """A :class:`RecordCollector` producing sink records through a :class:`DeliveryTracker`."""
 
-    def __init__(self, tracker: DeliveryTracker, bootstrap_servers: str) -> None:
+    def __init__(
+        self,
+        tracker: DeliveryTracker,
+        bootstrap_servers: str,
+        *,
+        kafka: KafkaClientConfig | None = None,
+    ) -> None:
         self.tracker = tracker
         self._bootstrap = bootstrap_servers
+        self._kafka = kafka
         self._partition_counts: dict[str, int] = {}
         self.sent = 0
 
@@ -55,7 +63,7 @@ class KafkaCollector:
     def partition_count(self, topic: str) -> int:
         count = self._partition_counts.get(topic)
         if count is None:
-            count = topic_partitions(self._bootstrap, [topic])[topic]
+            count = topic_partitions(self._bootstrap, [topic], kafka=self._kafka)[topic]
             self._partition_counts[topic] = count
         return count
 
@@ -87,6 +95,7 @@ def read_changelog(
     apply_batch: Callable[[list[tuple[bytes, bytes | None]]], None],
     *,
     isolation_level: str = "read_committed",
+    kafka: KafkaClientConfig | None = None,
 ) -> int:
     """Replay offsets ``[start, end)`` of one changelog partition into ``apply_batch``.
 
@@ -100,14 +109,15 @@ def read_changelog(
         client_config(
             bootstrap_servers,
             "restore",
+            role="consumer",
+            kafka=kafka,
+            defaults={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
             **{
                 "group.id": f"processor-api-restore-{topic}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": isolation_level,
                 "auto.offset.reset": "earliest",
-                "fetch.max.bytes": 52_428_800,
-                "max.partition.fetch.bytes": 10_485_760,
             },
         )
     )

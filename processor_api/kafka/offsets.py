@@ -51,6 +51,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from processor_api.errors import MissingTopicError, StreamsError
 from processor_api.kafka.admin import client_config, topic_partitions
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -86,8 +87,13 @@ def _normalize(
     return list(dict.fromkeys(keys))
 
 
-def _check_exist(bootstrap: str, keys: list[PartitionKey], timeout_s: float) -> None:
-    counts = topic_partitions(bootstrap, {t for t, _ in keys}, timeout_s=timeout_s)
+def _check_exist(
+    bootstrap: str,
+    keys: list[PartitionKey],
+    timeout_s: float,
+    kafka: KafkaClientConfig | None = None,
+) -> None:
+    counts = topic_partitions(bootstrap, {t for t, _ in keys}, timeout_s=timeout_s, kafka=kafka)
     bad = [(t, p) for t, p in keys if not 0 <= p < counts[t]]
     if bad:
         raise MissingTopicError(
@@ -135,18 +141,20 @@ def beginning_offsets(
     topic_partitions_: Iterable[PartitionKey | TopicPartition],
     *,
     timeout_s: float = 10.0,
+    kafka: KafkaClientConfig | None = None,
 ) -> dict[PartitionKey, int]:
     """Log start offset of each ``(topic, partition)``.
 
     ``bootstrap_or_config`` is ``"host:port"`` or a librdkafka config dict (with
-    ``bootstrap.servers``). Raises ``MissingTopicError`` for unknown topics or partitions.
+    ``bootstrap.servers``); ``kafka`` holds the user's client settings (per role).
+    Raises ``MissingTopicError`` for unknown topics or partitions.
     """
     bootstrap, extra = _config(bootstrap_or_config)
     keys = _normalize(topic_partitions_)
     if not keys:
         return {}
-    _check_exist(bootstrap, keys, timeout_s)
-    admin = AdminClient(client_config(bootstrap, "offsets-admin", **extra))
+    _check_exist(bootstrap, keys, timeout_s, kafka)
+    admin = AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra))
     futures = _list_offsets(
         admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
     )
@@ -159,6 +167,7 @@ def end_offsets(
     *,
     isolation_level: str = "read_uncommitted",
     timeout_s: float = 10.0,
+    kafka: KafkaClientConfig | None = None,
 ) -> dict[PartitionKey, int]:
     """True end offset of each ``(topic, partition)``: last offset + 1 (see module docstring).
 
@@ -179,9 +188,9 @@ def end_offsets(
         return {}
     started = time.monotonic()
     deadline = started + timeout_s
-    _check_exist(bootstrap, keys, timeout_s)
+    _check_exist(bootstrap, keys, timeout_s, kafka)
 
-    admin = AdminClient(client_config(bootstrap, "offsets-admin", **extra))
+    admin = AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra))
     rounds = {
         "earliest": _list_offsets(
             admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
@@ -209,7 +218,9 @@ def end_offsets(
         else:
             starts[key] = last - 1
     if starts:
-        ends.update(_fetch_ends(bootstrap, extra, starts, isolation_level, deadline, timeout_s))
+        ends.update(
+            _fetch_ends(bootstrap, extra, starts, isolation_level, deadline, timeout_s, kafka)
+        )
     _log.debug(
         "end_offsets",
         partitions=len(keys),
@@ -227,6 +238,7 @@ def _fetch_ends(
     isolation_level: str,
     deadline: float,
     timeout_s: float,
+    kafka: KafkaClientConfig | None = None,
 ) -> dict[PartitionKey, int]:
     """Read the end of each partition from fetch responses, starting at ``starts``."""
     committed = isolation_level == "read_committed"
@@ -241,7 +253,9 @@ def _fetch_ends(
         "fetch.wait.max.ms": 10,
         "allow.auto.create.topics": False,
     }
-    consumer = Consumer(client_config(bootstrap, "offsets-consumer", **settings))
+    consumer = Consumer(
+        client_config(bootstrap, "offsets-consumer", role="consumer", kafka=kafka, **settings)
+    )
     ends: dict[PartitionKey, int] = {}
     try:
         consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in starts.items()])

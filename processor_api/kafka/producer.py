@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from processor_api.errors import DeliveryError, StreamsError
 from processor_api.kafka.admin import client_config
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -42,16 +43,20 @@ def make_producer(
     *,
     transactional_id: str | None = None,
     extra_config: Mapping[str, Any] | None = None,
+    kafka: KafkaClientConfig | None = None,
 ) -> Producer:
     """A ``confluent_kafka.Producer`` configured for safe, ordered, Java-compatible delivery.
 
     ``transactional_id`` makes it transactional (call ``init_transactions()`` before use).
-    ``extra_config`` entries override the defaults.
+    The user's producer settings (``kafka``) override the defaults below, ``extra_config``
+    entries override both.
     """
     config = client_config(
         bootstrap_servers,
         "producer" if transactional_id is None else f"producer:{transactional_id}",
-        **{
+        role="producer",
+        kafka=kafka,
+        defaults={
             "enable.idempotence": True,
             "acks": "all",
             "max.in.flight.requests.per.connection": 5,

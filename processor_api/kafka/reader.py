@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor_api.errors import SourceReadError
 from processor_api.kafka.admin import client_config
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
 
 _log = get_logger("processor_api.reader")
@@ -38,12 +39,20 @@ def bounded_consumer(
     isolation_level: str,
     fail_on_data_loss: bool = True,
     extra: dict[str, Any] | None = None,
+    kafka: KafkaClientConfig | None = None,
 ) -> Consumer:
-    """A consumer for :func:`read_bounded`: never joins a group, never commits."""
+    """A consumer for :func:`read_bounded`: never joins a group, never commits.
+
+    ``extra`` (tuning) and the user's consumer settings (``kafka``, which win) go on top of
+    the defaults; the settings the reader relies on cannot be overridden.
+    """
     return Consumer(
         client_config(
             bootstrap_servers,
             role,
+            role="consumer",
+            kafka=kafka,
+            defaults={"fetch.wait.max.ms": 100, **(extra or {})},
             **{
                 "group.id": f"processor-api-{role}-{uuid.uuid4().hex}",  # never joined
                 "enable.auto.commit": False,
@@ -52,8 +61,6 @@ def bounded_consumer(
                 "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
                 "isolation.level": isolation_level,
                 "allow.auto.create.topics": False,
-                "fetch.wait.max.ms": 100,
-                **(extra or {}),
             },
         )
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from processor_api.errors import MissingTopicError, TopologyError
 from processor_api.kafka.admin import TopicSpec, ensure_topics, topic_partitions
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import changelog_topic
 from processor_api.logging import get_logger
 from processor_api.topology import SubTopology, Topology
@@ -47,24 +48,34 @@ class TopicPlan:
         return list(self.external_sources) + list(self.internal)
 
 
-def _existing_counts(bootstrap: str, topics: list[str]) -> dict[str, int]:
+def _existing_counts(
+    bootstrap: str, topics: list[str], kafka: KafkaClientConfig | None = None
+) -> dict[str, int]:
     counts: dict[str, int] = {}
     try:
-        counts.update(topic_partitions(bootstrap, topics))
+        counts.update(topic_partitions(bootstrap, topics, kafka=kafka))
     except MissingTopicError as exc:
         present = [t for t in topics if t not in exc.topics]
         if present:
-            counts.update(topic_partitions(bootstrap, present))
+            counts.update(topic_partitions(bootstrap, present, kafka=kafka))
     return counts
 
 
-def plan_topics(topology: Topology, bootstrap_servers: str, application_id: str) -> TopicPlan:
+def plan_topics(
+    topology: Topology,
+    bootstrap_servers: str,
+    application_id: str,
+    *,
+    kafka: KafkaClientConfig | None = None,
+) -> TopicPlan:
     """Work out every topic of the run (reads metadata, creates nothing)."""
     subs = topology.subtopologies()
     internal_names = set(topology.internal_topics())
     external = [t for t in topology.source_topics() if t not in internal_names]
     sink_topics = [t for t in topology.sink_topics() if t not in internal_names]
-    existing = _existing_counts(bootstrap_servers, external + sorted(internal_names) + sink_topics)
+    existing = _existing_counts(
+        bootstrap_servers, external + sorted(internal_names) + sink_topics, kafka
+    )
     missing = [t for t in external if t not in existing]
     if missing:
         raise MissingTopicError(
@@ -134,12 +145,14 @@ def plan_topics(topology: Topology, bootstrap_servers: str, application_id: str)
     )
 
 
-def create_topics(plan: TopicPlan, bootstrap_servers: str) -> list[str]:
+def create_topics(
+    plan: TopicPlan, bootstrap_servers: str, *, kafka: KafkaClientConfig | None = None
+) -> list[str]:
     """Create the repartition, changelog and missing output topics; returns those created."""
     specs = [TopicSpec(t, n, {}) for t, n in plan.internal.items()]
     specs += list(plan.changelogs.values())
     specs += [TopicSpec(t, n, {}) for t, n in plan.outputs_to_create.items()]
-    created = ensure_topics(bootstrap_servers, specs) if specs else []
+    created = ensure_topics(bootstrap_servers, specs, kafka=kafka) if specs else []
     for topic in created:
         _log.info(
             "topic_created",

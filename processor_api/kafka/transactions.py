@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import transactional_id
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
@@ -76,9 +77,16 @@ def transaction_step(
 class TransactionalProducers:
     """Per worker process: the transactional producer of each task it has run."""
 
-    def __init__(self, bootstrap_servers: str, producer_config: dict | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        producer_config: dict | None = None,
+        *,
+        kafka: KafkaClientConfig | None = None,
+    ) -> None:
         self._bootstrap = bootstrap_servers
         self._config = dict(producer_config or {})
+        self._kafka = kafka
         self._producers: dict[str, tuple[DeliveryTracker, str]] = {}
 
     def for_task(self, application_id: str, task_id: str, directory: Path) -> DeliveryTracker:
@@ -95,7 +103,7 @@ class TransactionalProducers:
             self.drop(task_id)
         txn_id = transactional_id(application_id, task_id)
         producer = make_producer(
-            self._bootstrap, transactional_id=txn_id, extra_config=self._config
+            self._bootstrap, transactional_id=txn_id, extra_config=self._config, kafka=self._kafka
         )
         transaction_step(
             "init_transactions",
@@ -142,17 +150,25 @@ def marker_value(sequence: int, metadata_json: str) -> bytes:
 
 
 def read_latest_marker(
-    bootstrap_servers: str, topic: str, partition: int, start: int, task_id: str
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    start: int,
+    task_id: str,
+    *,
+    kafka: KafkaClientConfig | None = None,
 ) -> CommitMarker | None:
     """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed)."""
     tp = (topic, partition)
-    end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed")[tp]
+    end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
     if end <= start:
         return None
     consumer = Consumer(
         client_config(
             bootstrap_servers,
             "marker-reader",
+            role="consumer",
+            kafka=kafka,
             **{
                 "group.id": f"processor-api-markers-{task_id}",
                 "enable.auto.commit": False,
