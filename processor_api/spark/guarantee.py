@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from processor_api.engine.metadata import CommitState, TaskMetadata
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import commit_marker_topic, transactional_id
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.kafka.transactions import (
@@ -70,10 +71,15 @@ class AtLeastOnce:
     isolation_level = "read_uncommitted"
 
     def __init__(
-        self, bootstrap_servers: str, producer_config: dict, flush_timeout_s: float
+        self,
+        bootstrap_servers: str,
+        producer_config: dict,
+        flush_timeout_s: float,
+        kafka: KafkaClientConfig | None = None,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._config = producer_config
+        self._kafka = kafka
         self._flush_timeout_s = flush_timeout_s
         self._tracker: DeliveryTracker | None = None
 
@@ -81,7 +87,7 @@ class AtLeastOnce:
     def producer(self) -> DeliveryTracker:
         if self._tracker is None:
             self._tracker = DeliveryTracker(
-                make_producer(self._bootstrap, extra_config=self._config)
+                make_producer(self._bootstrap, extra_config=self._config, kafka=self._kafka)
             )
         return self._tracker
 
@@ -125,6 +131,7 @@ class ExactlyOnce:
         task_id: str,
         marker_partition: int,
         directory: Path,
+        kafka: KafkaClientConfig | None = None,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._flush_timeout_s = flush_timeout_s
@@ -134,7 +141,8 @@ class ExactlyOnce:
         self._marker_topic = commit_marker_topic(application_id)
         self._marker_partition = marker_partition
         self._directory = directory
-        self._producers = TransactionalProducers(bootstrap_servers, producer_config)
+        self._kafka = kafka
+        self._producers = TransactionalProducers(bootstrap_servers, producer_config, kafka=kafka)
         self._in_transaction = False
         self._log = get_logger("processor_api.guarantee", task=task_id)
 
@@ -151,6 +159,7 @@ class ExactlyOnce:
             self._marker_partition,
             metadata.commit.marker_end,
             self._task_id,
+            kafka=self._kafka,
         )
         if marker is None or marker.sequence <= metadata.commit.sequence:
             return metadata

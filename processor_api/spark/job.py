@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.topology import Topology
 
 
@@ -24,6 +25,7 @@ class JobSpec:
     flush_timeout_s: float = 60.0
     wall_clock_timeouts: bool = True  # False for Trigger.AvailableNow (NoTimeout) queries
     task_ids: tuple[str, ...] = ()  # every task of the run, in order (commit marker partitions)
+    kafka: KafkaClientConfig = field(default_factory=KafkaClientConfig)  # user client settings
 
     def load_topology(self) -> Topology:
         """The run's topology: imported by reference, or unpickled."""

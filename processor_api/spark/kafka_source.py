@@ -82,6 +82,7 @@ the reader holds no clients and no state that ``read`` relies on.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import time
@@ -109,6 +110,7 @@ from pyspark.sql.types import (
 )
 
 from processor_api.errors import ConfigError, MissingTopicError, SourceReadError, StreamsError
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -260,6 +262,11 @@ def _json_offsets(name: str, raw: str) -> Offsets:
     return offsets_from_json(data)
 
 
+@functools.lru_cache(maxsize=8)
+def _kafka_client(items: tuple[tuple[str, str], ...]) -> KafkaClientConfig:
+    return KafkaClientConfig.from_dict(dict(items))
+
+
 @dataclass(frozen=True)
 class KafkaSourceOptions:
     """Parsed, validated source options (picklable; see the module docstring)."""
@@ -358,6 +365,11 @@ class KafkaSourceOptions:
             },
         )
 
+    @property
+    def kafka(self) -> KafkaClientConfig:
+        """The ``kafka.*`` options as client settings (``consumer.``/``admin.`` prefixes too)."""
+        return _kafka_client(tuple(sorted(self.client_config.items())))
+
     def kafka_config(self) -> dict[str, Any]:
         """librdkafka config with ``bootstrap.servers`` and the ``kafka.*`` pass-through."""
         return {**self.client_config, "bootstrap.servers": self.bootstrap_servers}
@@ -375,7 +387,7 @@ def _partition_counts(options: KafkaSourceOptions) -> dict[str, int]:
     from processor_api.kafka.admin import client_config
 
     admin = AdminClient(
-        client_config(options.bootstrap_servers, "source-admin", **options.client_config)
+        client_config(options.bootstrap_servers, "source-admin", kafka=options.kafka)
     )
     try:
         metadata = admin.list_topics(timeout=options.metadata_timeout_s)
@@ -404,7 +416,9 @@ def _beginning(options: KafkaSourceOptions, tps: list[TopicPartitionKey]) -> Off
 
     if not tps:
         return {}
-    return beginning_offsets(options.kafka_config(), tps, timeout_s=options.metadata_timeout_s)
+    return beginning_offsets(
+        options.bootstrap_servers, tps, timeout_s=options.metadata_timeout_s, kafka=options.kafka
+    )
 
 
 def _end(options: KafkaSourceOptions, tps: list[TopicPartitionKey]) -> Offsets:
@@ -413,8 +427,9 @@ def _end(options: KafkaSourceOptions, tps: list[TopicPartitionKey]) -> Offsets:
     if not tps:
         return {}
     return end_offsets(
-        options.kafka_config(),
+        options.bootstrap_servers,
         tps,
+        kafka=options.kafka,
         isolation_level=options.isolation_level,
         timeout_s=options.metadata_timeout_s,
     )
@@ -525,6 +540,8 @@ def read_range(
         client_config(
             options.bootstrap_servers,
             "source-reader",
+            role="consumer",
+            kafka=options.kafka,
             **{
                 "group.id": f"processor-api-source-{uuid.uuid4().hex}",  # never joined
                 "enable.auto.commit": False,
@@ -535,7 +552,6 @@ def read_range(
                 "allow.auto.create.topics": False,
                 "fetch.wait.max.ms": 100,
                 "queued.max.messages.kbytes": 16384,
-                **options.client_config,
             },
         )
     )

@@ -104,8 +104,11 @@ class TaskRunner:
                 task_id=self.task_id,
                 marker_partition=spec.task_ids.index(self.task_id),
                 directory=self.directory,
+                kafka=spec.kafka,
             )
-        return AtLeastOnce(spec.bootstrap_servers, spec.producer_config, spec.flush_timeout_s)
+        return AtLeastOnce(
+            spec.bootstrap_servers, spec.producer_config, spec.flush_timeout_s, spec.kafka
+        )
 
     # ------------------------------------------------------------------ batch
     def run_batch(self, state_json: str | None, ranges: list[InputRange]) -> BatchResult:
@@ -169,7 +172,9 @@ class TaskRunner:
             changelog_topics={name: changelog_topic(self.app_id, name) for name in builders},
             timestamp_fn=lambda: 0,
         )
-        collector = KafkaCollector(self._guarantee.producer, self.spec.bootstrap_servers)
+        collector = KafkaCollector(
+            self._guarantee.producer, self.spec.bootstrap_servers, kafka=self.spec.kafka
+        )
         task = Task(
             subtopology=self.subtopology,
             partition=self.partition,
@@ -204,6 +209,7 @@ class TaskRunner:
             end,
             apply,
             isolation_level=self._guarantee.isolation_level,
+            kafka=self.spec.kafka,
         )
 
     def _read(self, ranges: list[InputRange]) -> list[InputRecord]:
@@ -216,6 +222,7 @@ class TaskRunner:
                 f"task-{self.task_id}",
                 isolation_level=self._guarantee.isolation_level,
                 extra={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+                kafka=self.spec.kafka,
             )
         records: list[InputRecord] = []
         append = records.append
