@@ -6,6 +6,10 @@ from __future__ import annotations
 class StreamsError(Exception):
     """Base class of every error raised by processor_api."""
 
+    #: Everything known about the failure (e.g. a failed Spark query's Python and JVM stack
+    #: traces) when the message is only its summary; ``run-topology`` writes it to a file.
+    details: str | None = None
+
 
 class TopologyError(StreamsError):
     """The topology is malformed: the message names the node, store or topic at fault."""

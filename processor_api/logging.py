@@ -1,31 +1,82 @@
 """Structured logging for the library: one event per line, key=value fields.
 
 Library code logs through :func:`get_logger`; it never prints. The CLI calls
-:func:`configure_logging` once to choose console or JSON rendering.
+:func:`configure_logging` once to choose console or JSON rendering and the level.
+
+The level is kept in one mutable place and checked by the first processor, so loggers bound
+before :func:`configure_logging` (module-level ones) follow the level set later. It is also
+exported as ``PROCESSOR_API_LOG_LEVEL`` so that processes started from this one (Spark's Python
+workers, task hosts) log at the same level: :func:`configure_logging` without a level reads it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from typing import Any
 
 import structlog
+
+LEVELS = ("debug", "info", "warning", "error")
+LEVEL_ENV = "PROCESSOR_API_LOG_LEVEL"
 
 _configured = False
 # One list, filled in place: loggers bound before configure_logging() (module-level ones, in
 # Spark workers) keep a reference to it, so they follow the format configured later.
 _PROCESSORS: list = []
+_LEVEL = [logging.INFO]
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
 
 
-def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
+def _level_number(level: str) -> int:
+    name = str(level).strip().lower()
+    if name not in _METHOD_LEVELS:
+        raise ValueError(f"unknown log level {level!r}: expected one of {', '.join(LEVELS)}")
+    return _METHOD_LEVELS[name]
+
+
+def _drop_below_level(logger: Any, method_name: str, event_dict: dict) -> dict:
+    if _METHOD_LEVELS.get(method_name, logging.INFO) < _LEVEL[0]:
+        raise structlog.DropEvent
+    return event_dict
+
+
+def current_level() -> str:
+    """The configured level's name (``"info"``, ...)."""
+    return logging.getLevelName(_LEVEL[0]).lower()
+
+
+def debug_enabled() -> bool:
+    """True when debug events are shown (``--log-level debug``)."""
+    return _LEVEL[0] <= logging.DEBUG
+
+
+def configure_logging(log_format: str = "console", level: str | None = None) -> None:
     """Configure structlog for the process.
 
     ``log_format`` is ``"console"`` (key=value, human readable) or ``"json"``
-    (one JSON object per line).
+    (one JSON object per line). ``level`` is ``debug``, ``info``, ``warning`` or ``error``;
+    ``None`` takes ``$PROCESSOR_API_LOG_LEVEL`` (else ``info``). The level is exported to
+    ``$PROCESSOR_API_LOG_LEVEL`` for child processes.
     """
     global _configured
     if log_format not in ("console", "json"):
         raise ValueError(f"unknown log format {log_format!r}: expected 'console' or 'json'")
+    if level is None:
+        level = os.environ.get(LEVEL_ENV) or "info"
+    _LEVEL[0] = _level_number(level)
+    os.environ[LEVEL_ENV] = logging.getLevelName(_LEVEL[0]).lower()
     renderer = (
         structlog.processors.JSONRenderer()
         if log_format == "json"
@@ -34,6 +85,7 @@ def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
         )
     )
     _PROCESSORS[:] = [
+        _drop_below_level,
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -42,7 +94,9 @@ def configure_logging(log_format: str = "console", level: str = "INFO") -> None:
     ]
     structlog.configure(
         processors=_PROCESSORS,
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        # no level in the wrapper: it is frozen into loggers bound before this call;
+        # _drop_below_level reads the current level instead
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         # one write() per event, line and newline together: print() writes them apart, and
         # the Spark JVM, sharing stderr, then put its own lines between the two
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,10 +32,11 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
+from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
-from processor_api.logging import get_logger
+from processor_api.logging import LEVEL_ENV, current_level, debug_enabled, get_logger
 from processor_api.spark.host_client import close_hosts
 from processor_api.spark.job import JobSpec
 from processor_api.spark.spark_home import compiled_spark_home
@@ -45,6 +47,9 @@ _log = get_logger("processor_api.runner")
 
 STOP_GRACE_S = 60.0
 MAX_AVAILABLE_NOW_PASSES = 20
+#: How often a running query logs a ``progress`` event (records/s, lag per task).
+PROGRESS_INTERVAL_S = 30.0
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
 
 @dataclass
@@ -63,12 +68,21 @@ class RunSettings:
     config: dict[str, Any] = field(default_factory=dict)
     log_format: str = "console"
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: Kafka client settings for every client of the run (``--kafka-config``); keys prefixed
+    #: ``consumer.``, ``producer.`` or ``admin.`` apply to that role only (see
+    #: :class:`~processor_api.kafka.client_config.KafkaClientConfig`).
+    kafka_config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resolved_checkpoint_dir(self) -> str:
         if self.checkpoint_dir:
             return self.checkpoint_dir
         return str(Path(self.state_dir) / self.application_id / "_spark_checkpoint")
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where failure reports go: ``STATE_DIR/APP_ID/logs``."""
+        return Path(self.state_dir) / self.application_id / "logs"
 
 
 @dataclass
@@ -86,11 +100,20 @@ class RunResult:
 class _Progress:
     """Batch statistics collected by ``foreachBatch`` (runs on a py4j callback thread)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        end_offsets_of: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]] | None = None,
+        interval_s: float = PROGRESS_INTERVAL_S,
+    ) -> None:
         self.lock = threading.Lock()
         self.result = RunResult()
         self.positions: dict[tuple[str, int], int] = {}
         self.completed_batches: set[int] = set()
+        self._end_offsets_of = end_offsets_of
+        self._interval_s = interval_s
+        self._task_topics: dict[str, set[str]] = {}
+        self._last_report = time.monotonic()
+        self._records_at_report = 0
 
     def on_batch(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -102,7 +125,9 @@ class _Progress:
             restored = sum(r["restored"] for r in rows)
             for row in rows:
                 partition = int(row["task"].split("_", 1)[1])
-                for topic, position in json.loads(row["positions"]).items():
+                positions = json.loads(row["positions"])
+                self._task_topics.setdefault(row["task"], set()).update(positions)
+                for topic, position in positions.items():
                     key = (topic, partition)
                     self.positions[key] = max(self.positions.get(key, 0), int(position))
             result = self.result
@@ -124,6 +149,44 @@ class _Progress:
                 max_task_ms=round(max((r["duration_ms"] for r in rows), default=0.0), 1),
                 collect_ms=round((time.monotonic() - started) * 1000, 1),
             )
+        self._report_progress()
+
+    def _report_progress(self) -> None:
+        """Every ``interval_s``: a ``progress`` event with records/s and the lag per task.
+
+        The lag of a task is the sum, over its input partitions, of the broker's end offset
+        minus the position the task has committed (what ``kafka-consumer-groups --describe``
+        shows as LAG); one end-offset look-up per report.
+        """
+        now = time.monotonic()
+        elapsed = now - self._last_report
+        if elapsed < self._interval_s:
+            return
+        with self.lock:
+            records = self.result.records
+            positions = dict(self.positions)
+            task_topics = {task: set(topics) for task, topics in self._task_topics.items()}
+        lag: dict[str, int] = {}
+        if self._end_offsets_of is not None and positions:
+            try:
+                ends = self._end_offsets_of(sorted(positions))
+            except StreamsError as exc:
+                _log.debug("progress_lag_unknown", error=str(exc))
+                ends = {}
+            for task, topics in sorted(task_topics.items()):
+                partition = int(task.split("_", 1)[1])
+                keys = [(t, partition) for t in topics if (t, partition) in ends]
+                if keys:
+                    lag[task] = sum(max(0, ends[k] - positions.get(k, 0)) for k in keys)
+        _log.info(
+            "progress",
+            records=records,
+            records_per_s=round((records - self._records_at_report) / elapsed, 1),
+            batches=self.result.batches,
+            lag=sum(lag.values()) if lag else None,
+            lag_by_task=lag or None,
+        )
+        self._last_report, self._records_at_report = now, records
 
 
 def _python_path() -> str:
@@ -135,12 +198,21 @@ def _python_path() -> str:
 
 
 def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -> Any:
-    """A SparkSession for the run (workers can import the driver's modules)."""
+    """A SparkSession for the run (workers can import the driver's modules).
+
+    Quiet unless the log level is debug: Spark's log4j at ERROR from the JVM's start (see
+    log4j2.properties; no banner, no WARN lines), no console progress bar, Python warnings
+    (pandas' FutureWarning) off in the workers. The level reaches the workers as
+    ``$PROCESSOR_API_LOG_LEVEL``.
+    """
     from pyspark.sql import SparkSession
 
     python_path = _python_path()
+    quiet = not debug_enabled()
     os.environ["PYTHONPATH"] = python_path
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if quiet:
+        os.environ.setdefault("PYTHONWARNINGS", "ignore")  # inherited by local workers
     builder = (
         SparkSession.builder.master(settings.master)
         .appName(app_name)
@@ -151,16 +223,46 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.sql.streaming.stopTimeout", str(int(STOP_GRACE_S * 1000)))
         .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false" if quiet else "true")
+        .config(f"spark.executorEnv.{LEVEL_ENV}", current_level())
     )
+    if quiet and "PYTHONWARNINGS" not in settings.spark_conf:
+        builder = builder.config("spark.executorEnv.PYTHONWARNINGS", "ignore")
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
-    _launch_jvm_in_own_session()
+    _launch_jvm_in_own_session(_driver_java_options(settings, quiet), quiet)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
     return session
 
 
-def _launch_jvm_in_own_session() -> None:
+def _driver_java_options(settings: RunSettings, quiet: bool) -> str:
+    """The driver JVM's options: our log4j2 configuration, then the user's own options."""
+    options = [
+        f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
+        f"-Dprocessor_api.spark.level={'ERROR' if quiet else 'WARN'}",
+        f"-Dprocessor_api.spark.failure.level={'OFF' if quiet else 'ERROR'}",
+    ]
+    user = settings.spark_conf.get("spark.driver.extraJavaOptions", "").strip()
+    return " ".join([*options, user] if user else options)
+
+
+#: Lines the JVM prints before any logging is set up, dropped unless the level is debug.
+_JVM_NOISE = (re.compile(rb"^WARNING: Using incubator modules"),)
+
+
+def _forward_jvm_stderr(stream: Any, quiet: bool) -> None:
+    """Copy the JVM's stderr (its own and its Python workers' lines) to ours, line by line."""
+    for line in iter(stream.readline, b""):
+        if quiet and any(pattern.match(line) for pattern in _JVM_NOISE):
+            continue
+        try:
+            os.write(2, line)
+        except OSError:
+            return
+
+
+def _launch_jvm_in_own_session(java_options: str = "", quiet: bool = False) -> None:
     """Start Spark's JVM (from the compiled ``SPARK_HOME``, see spark_home.py) in a session of its own.
 
     ``kill -TERM -<pgid>`` (or systemd's control-group stop) then reaches only this driver
@@ -168,16 +270,32 @@ def _launch_jvm_in_own_session() -> None:
     once and take the batch with it. The JVM still exits when the driver exits (it watches its
     standard input).
     """
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is None:
         spark_home = compiled_spark_home()  # workers import a byte-compiled pyspark.zip
         if spark_home:
             os.environ["SPARK_HOME"] = spark_home
-        SparkContext._ensure_initialized(
-            gateway=launch_gateway(popen_kwargs={"start_new_session": True})
-        )
+        conf = SparkConf(loadDefaults=False)
+        if java_options:  # before the JVM starts: log4j is set up from its first line
+            conf.set("spark.driver.extraJavaOptions", java_options)
+        # the JVM's stderr goes through a pipe read from before it starts, so that what it
+        # prints when it cannot start still reaches the terminal
+        read_end, write_end = os.pipe()
+        threading.Thread(
+            target=_forward_jvm_stderr,
+            args=(os.fdopen(read_end, "rb"), quiet),
+            name="spark-jvm-stderr",
+            daemon=True,
+        ).start()
+        try:
+            gateway = launch_gateway(
+                conf=conf, popen_kwargs={"start_new_session": True, "stderr": write_end}
+            )
+        finally:
+            os.close(write_end)
+        SparkContext._ensure_initialized(gateway=gateway)
 
 
 _PYTHON_ERROR = re.compile(
@@ -202,6 +320,26 @@ def explain_failure(exc: BaseException) -> str:
     if matches:
         return f"{matches[-1].group(1)}: {matches[-1].group(2).strip()}"
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def failure_details(exc: BaseException) -> str:
+    """Everything known about a Spark failure: its message (the task's Python traceback
+    included) and the JVM stack trace, for the failure report file."""
+    parts = [str(exc).rstrip()]
+    stack = getattr(exc, "getStackTrace", None)
+    if callable(stack):
+        try:
+            parts.append("JVM stack trace:\n" + str(stack()).rstrip())
+        except Exception:  # noqa: BLE001 - the JVM may be gone already
+            pass
+    return "\n\n".join(p for p in parts if p)
+
+
+def query_failed(exc: BaseException) -> StreamsError:
+    """The one-line error of a failed query; ``details`` holds the full text."""
+    error = StreamsError(f"the streaming query failed: {explain_failure(exc)}")
+    error.details = failure_details(exc)
+    return error
 
 
 class TopologyRunner:
@@ -239,7 +377,10 @@ class TopologyRunner:
         self._spark = spark
         self._own_spark = spark is None
         self._query: Any = None
-        self._progress = _Progress()
+        self.kafka = KafkaClientConfig.from_dict(settings.kafka_config)
+        self._progress = _Progress(
+            partial(end_offsets, settings.bootstrap_servers, kafka=self.kafka, timeout_s=5.0)
+        )
         self._run_id = uuid.uuid4().hex  # one per run: task hosts keep their tasks across passes
         self._stop_requested = threading.Event()
         self.plan: TopicPlan | None = None
@@ -247,15 +388,20 @@ class TopologyRunner:
     # --------------------------------------------------------------- prepare
     def prepare(self) -> TopicPlan:
         """Check the broker, plan and create topics. Errors are clear and fast."""
-        check_broker(self.settings.bootstrap_servers)
+        kafka = self.kafka
+        check_broker(self.settings.bootstrap_servers, kafka=kafka)
         plan = plan_topics(
-            self.topology, self.settings.bootstrap_servers, self.config.application_id
+            self.topology, self.settings.bootstrap_servers, self.config.application_id, kafka=kafka
         )
-        create_topics(plan, self.settings.bootstrap_servers)
+        create_topics(plan, self.settings.bootstrap_servers, kafka=kafka)
         dead_letter = self.config.dead_letter_topic
         if dead_letter:
             partitions = max(plan.partitions_by_subtopology.values(), default=1)
-            ensure_topics(self.settings.bootstrap_servers, [TopicSpec(dead_letter, partitions, {})])
+            ensure_topics(
+                self.settings.bootstrap_servers,
+                [TopicSpec(dead_letter, partitions, {})],
+                kafka=kafka,
+            )
         if self.config.exactly_once:
             ensure_topics(
                 self.settings.bootstrap_servers,
@@ -266,6 +412,7 @@ class TopologyRunner:
                         {"cleanup.policy": "compact"},
                     )
                 ],
+                kafka=kafka,
             )
         self.plan = plan
         _log.info(
@@ -302,6 +449,7 @@ class TopologyRunner:
             log_format=self.settings.log_format,
             wall_clock_timeouts=wall_clock_timeouts,
             task_ids=tuple(self.plan.task_ids) if self.plan else (),
+            kafka=self.kafka,
         )
 
     # ----------------------------------------------------------------- start
@@ -339,6 +487,7 @@ class TopologyRunner:
             .option("max.records.per.batch", str(self.settings.max_records_per_batch))
             .option("starting.offsets", self._starting_offsets())
             .option("isolation.level", self.config.processing_guarantee.isolation_level)
+            .options(**{f"kafka.{k}": str(v) for k, v in self.kafka.settings.items()})
         )
         if end_offsets_cap:
             caps: dict[str, dict[str, int]] = {}
@@ -493,7 +642,7 @@ class TopologyRunner:
         try:
             return bool(query.awaitTermination(timeout_s))
         except StreamingQueryException as exc:
-            raise StreamsError(f"the streaming query failed: {explain_failure(exc)}") from None
+            raise query_failed(exc) from None
 
     def _run_available_now(self) -> None:
         """``Trigger.AvailableNow`` passes until no repartition topic has unprocessed records.
@@ -505,7 +654,11 @@ class TopologyRunner:
         """
         assert self.plan is not None
         external = [(t, p) for t, n in self.plan.external_sources.items() for p in range(n)]
-        cap = end_offsets(self.settings.bootstrap_servers, external) if external else {}
+        cap = (
+            end_offsets(self.settings.bootstrap_servers, external, kafka=self.kafka)
+            if external
+            else {}
+        )
         _log.info("available_now_targets", records=sum(cap.values()), partitions=len(cap))
         for attempt in range(1, MAX_AVAILABLE_NOW_PASSES + 1):
             query = self.start(end_offsets_cap=cap, available_now=True)
@@ -531,7 +684,7 @@ class TopologyRunner:
         """Where each micro-batch's time went, as Spark measured it (``durationMs``)."""
         for progress in query.recentProgress or []:
             durations = progress.get("durationMs") or {}
-            _log.info(
+            _log.debug(
                 "spark_batch_timings",
                 batch=progress.get("batchId"),
                 input_rows=progress.get("numInputRows"),
@@ -545,7 +698,7 @@ class TopologyRunner:
         if not internal:
             return 0
         read = self._source_positions(query)
-        ends = end_offsets(self.settings.bootstrap_servers, internal)
+        ends = end_offsets(self.settings.bootstrap_servers, internal, kafka=self.kafka)
         return sum(max(0, end - read.get(tp, 0)) for tp, end in ends.items())
 
     @staticmethod
@@ -571,7 +724,7 @@ class TopologyRunner:
     def _raise_if_failed(self, query: Any) -> None:
         error = query.exception()
         if error is not None:
-            raise StreamsError(f"the streaming query failed: {explain_failure(error)}") from None
+            raise query_failed(error) from None
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop after the batch in flight."""
