@@ -4,7 +4,11 @@
         --bootstrap-servers 127.0.0.1:9092 --application-id sales --state-dir ./state
 
 Exit status: 0 when the run ended normally (``--available-now`` finished, or SIGTERM/Ctrl-C),
-1 when the run failed, 2 for bad arguments or setup (module, broker, topics).
+1 when the run failed, 2 for bad arguments or setup (module, broker, topics, config keys).
+
+A failure prints its cause on one line (``run-topology: failed: ...``) and writes everything
+known about it (Python and JVM stack traces) to ``STATE_DIR/APP_ID/logs/failure-*.txt``, named
+on the next line.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+import traceback
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from processor_api.errors import (
@@ -22,7 +29,7 @@ from processor_api.errors import (
     StreamsError,
     TopologyError,
 )
-from processor_api.logging import configure_logging, get_logger
+from processor_api.logging import LEVELS, configure_logging, get_logger
 
 SETUP_ERRORS = (ConfigError, BrokerUnavailableError, MissingTopicError, TopologyError)
 
@@ -100,6 +107,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="keyword argument for FUNCTION (JSON value)",
     )
     parser.add_argument(
+        "--kafka-config",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Kafka client setting for every client of the run, e.g. security.protocol=SASL_SSL; "
+        "prefix consumer., producer. or admin. for one kind of client (repeatable, wins over "
+        "--kafka-config-file)",
+    )
+    parser.add_argument(
+        "--kafka-config-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="Kafka client settings in Java properties format (client.properties)",
+    )
+    parser.add_argument(
         "--spark-conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
     )
     parser.add_argument(
@@ -109,24 +133,96 @@ def build_parser() -> argparse.ArgumentParser:
         "from their changelogs)",
     )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="debug also shows Spark's own warnings, its progress bar and Python warnings",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``run-topology``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, args.log_level)
     log = get_logger("processor_api.cli")
+    # JSON logs carry the error as an event; on the console the plain line below says it once
+    report = log.error if args.log_format == "json" else log.debug
     try:
         return _run(args, log)
     except SETUP_ERRORS as exc:
-        log.error("setup_failed", error=str(exc), error_type=type(exc).__name__)
+        report("setup_failed", error=str(exc), error_type=type(exc).__name__)
         print(f"run-topology: error: {exc}", file=sys.stderr)
         return 2
     except StreamsError as exc:
-        log.error("run_failed", error=str(exc), error_type=type(exc).__name__)
+        report("run_failed", error=str(exc), error_type=type(exc).__name__)
         print(f"run-topology: failed: {exc}", file=sys.stderr)
+        _write_report(args, exc, exc.details)
         return 1
+    except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
+        report("run_crashed", error=str(exc), error_type=type(exc).__name__)
+        print(f"run-topology: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _write_report(args, exc, None)
+        return 1
+
+
+def _application_id(args: argparse.Namespace) -> str:
+    config_id = _config_value(args, "application_id")
+    return args.application_id or config_id or args.topology.partition(":")[0].replace(".", "-")
+
+
+def _config_value(args: argparse.Namespace, key: str) -> Any:
+    from processor_api.config import canonical_key
+
+    values = [v for k, v in args.config if canonical_key(k) == key]
+    return values[-1] if values else None
+
+
+def _write_report(args: argparse.Namespace, exc: BaseException, details: str | None) -> None:
+    """Write the failure's full text under the state dir and name the file on one line."""
+    text = "".join(traceback.format_exception(exc))
+    if details:
+        text += "\n" + details.rstrip() + "\n"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        directory = Path(args.state_dir) / _application_id(args) / "logs"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"failure-{stamp}.txt"
+        path.write_text(f"run-topology {' '.join(sys.argv[1:])}\n\n{text}", encoding="utf-8")
+    except (OSError, StreamsError) as write_error:
+        print(f"run-topology: could not write the error report: {write_error}", file=sys.stderr)
+        return
+    print(f"run-topology: full error report (stack traces): {path.resolve()}", file=sys.stderr)
+
+
+def _check_arguments(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Config keys, Kafka client settings and flag conflicts, before anything starts.
+
+    Returns the ``--config`` dict and the merged Kafka client settings.
+    """
+    from processor_api.config import StreamsConfig, canonical_key
+    from processor_api.kafka.client_config import KafkaClientConfig, read_properties
+
+    config = dict(args.config)
+    StreamsConfig.from_dict(config)  # unknown keys and bad values: ConfigError, exit 2
+    for key, flag, value in (
+        ("application_id", "--application-id", args.application_id),
+        ("processing_guarantee", "--processing-guarantee", args.processing_guarantee),
+    ):
+        given = _config_value(args, key)
+        if given is not None and value is not None and str(given) != str(value):
+            if key == "processing_guarantee" and value == "at_least_once":
+                args.processing_guarantee = given  # the flag was left at its default
+                continue
+            raise ConfigError(f"--config {key}={given} contradicts {flag} {value}")
+    config = {k: v for k, v in config.items() if canonical_key(k) != "application_id"}
+    kafka: dict[str, Any] = {}
+    for path in args.kafka_config_file:
+        kafka.update(read_properties(path))
+    kafka.update(dict(args.kafka_config))
+    KafkaClientConfig.from_dict(kafka)  # unknown settings and bad values: ConfigError
+    return config, kafka
 
 
 def _run(args: argparse.Namespace, log: Any) -> int:
@@ -135,9 +231,10 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     from processor_api.state.locks import ApplicationLock
     from processor_api.state.manager import wipe_application_state
 
+    config, kafka_config = _check_arguments(args)
     topology_kwargs = dict(args.topology_arg)
     topology = load_topology(args.topology, topology_kwargs)  # fail fast on a bad path
-    application_id = args.application_id or args.topology.partition(":")[0].replace(".", "-")
+    application_id = _application_id(args)
     if args.trigger_interval <= 0:
         raise ConfigError(f"--trigger-interval must be > 0, got {args.trigger_interval}")
     with ExitStack() as stack:
@@ -149,6 +246,12 @@ def _run(args: argparse.Namespace, log: Any) -> int:
         if args.embedded_broker:
             from processor_api.testing.embedded import EmbeddedKafka
 
+            if kafka_config:
+                log.warning(
+                    "kafka_config_with_embedded_broker",
+                    detail="the embedded broker is plaintext without authentication; "
+                    "security settings will make every client fail",
+                )
             broker = stack.enter_context(EmbeddedKafka())
             bootstrap = broker.bootstrap_servers
             internal = set(topology.internal_topics())
@@ -166,9 +269,10 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             trigger_interval_s=args.trigger_interval,
             available_now=args.available_now,
             max_records_per_batch=args.max_records_per_batch,
-            config=dict(args.config),
+            config=config,
             log_format=args.log_format,
             spark_conf=dict(args.spark_conf),
+            kafka_config=kafka_config,
         )
         runner = TopologyRunner(args.topology, settings, topology_kwargs=topology_kwargs)
         runner.prepare()
