@@ -1,0 +1,132 @@
+"""Issue 15, part 3 (fast parts): the log level, the progress event, the JVM's options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from processor_api.spark import runner
+from processor_api.spark.runner import (
+    LOG4J2_PROPERTIES,
+    RunSettings,
+    _driver_java_options,
+    _Progress,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    environment = {k: v for k, v in os.environ.items() if k != "PROCESSOR_API_LOG_LEVEL"}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
+
+
+def test_the_level_applies_to_loggers_bound_before_configure_logging():
+    code = (
+        "import processor_api.kafka.admin as admin\n"  # module-level logger bound at import
+        "from processor_api.logging import configure_logging\n"
+        "configure_logging('json', 'warning')\n"
+        "admin._log.info('hidden_info')\n"
+        "admin._log.warning('shown_warning')\n"
+        "configure_logging('json', 'debug')\n"
+        "admin._log.debug('shown_debug')\n"
+    )
+    result = _run(code)
+    events = [json.loads(line)["event"] for line in result.stderr.splitlines()]
+    assert events == ["shown_warning", "shown_debug"], result.stderr
+
+
+def test_child_processes_inherit_the_level():
+    code = (
+        "import os, subprocess, sys\n"
+        "from processor_api.logging import configure_logging\n"
+        "configure_logging('json', 'error')\n"
+        "child = 'from processor_api.logging import configure_logging, get_logger\\n"
+        'configure_logging("json")\\nget_logger("x").warning("child_warning")\\n'
+        'get_logger("x").error("child_error")\'\n'
+        "subprocess.run([sys.executable, '-c', child], check=True)\n"
+    )
+    result = _run(code)
+    events = [json.loads(line)["event"] for line in result.stderr.splitlines()]
+    assert events == ["child_error"], result.stderr
+
+
+def test_the_driver_jvm_gets_the_log4j2_file_before_it_starts():
+    quiet = _driver_java_options(RunSettings("h:1"), quiet=True)
+    assert f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}" in quiet
+    assert "-Dprocessor_api.spark.level=ERROR" in quiet
+    assert "-Dprocessor_api.spark.failure.level=OFF" in quiet
+    loud = _driver_java_options(
+        RunSettings("h:1", spark_conf={"spark.driver.extraJavaOptions": "-Dx=1"}), quiet=False
+    )
+    assert "-Dprocessor_api.spark.level=WARN" in loud and loud.endswith("-Dx=1")
+    assert LOG4J2_PROPERTIES.is_file()
+
+
+def _batch(task: str, records: int, positions: dict[str, int]) -> list[dict]:
+    row = {
+        "task": task,
+        "records": records,
+        "outputs": 0,
+        "changelog_records": 0,
+        "restored": 0,
+        "positions": json.dumps(positions),
+        "duration_ms": 1.0,
+    }
+    return [row]
+
+
+class _Frame:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def collect(self):
+        return self.rows
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def info(self, event: str, **fields) -> None:
+        self.events.append({"event": event, **fields})
+
+    debug = info
+
+
+def test_progress_reports_rate_and_lag_per_task(monkeypatch):
+    log = _Log()
+    monkeypatch.setattr(runner, "_log", log)
+    asked: list[list[tuple[str, int]]] = []
+
+    def ends(keys):
+        asked.append(keys)
+        return {("in", 0): 100, ("in", 1): 40}
+
+    progress = _Progress(ends, interval_s=0.0)
+    progress.on_batch(_Frame(_batch("0_0", 60, {"in": 60}) + _batch("0_1", 40, {"in": 40})), 0)
+    (report,) = [e for e in log.events if e["event"] == "progress"]
+    assert report["records"] == 100 and report["lag"] == 40
+    assert report["lag_by_task"] == {"0_0": 40, "0_1": 0}
+    assert report["records_per_s"] > 0
+    assert asked == [[("in", 0), ("in", 1)]]
+
+
+def test_no_progress_event_before_the_interval(monkeypatch):
+    log = _Log()
+    monkeypatch.setattr(runner, "_log", log)
+    progress = _Progress(lambda keys: {}, interval_s=3600.0)
+    progress.on_batch(_Frame(_batch("0_0", 5, {"in": 5})), 0)
+    assert [e["event"] for e in log.events] == ["batch_done"]
