@@ -13,6 +13,14 @@ from processor_api.testing import TopologyTestDriver
 from topologies.sales_aggregation import build_topology
 
 SALES = "topologies.sales_aggregation:build_topology"
+
+
+@pytest.fixture(autouse=True)
+def _keep_logging(monkeypatch):
+    """main() would point structlog at pytest's captured stderr, closed after the test."""
+    monkeypatch.setattr("processor_api.cli.configure_logging", lambda *args, **kwargs: None)
+
+
 NOWHERE = ["--bootstrap-servers", "127.0.0.1:1"]  # never reached: arguments fail first
 
 
