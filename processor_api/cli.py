@@ -6,9 +6,9 @@
 Exit status: 0 when the run ended normally (``--available-now`` finished, or SIGTERM/Ctrl-C),
 1 when the run failed, 2 for bad arguments or setup (module, broker, topics, config keys).
 
-A failure prints its cause on one line (``run-topology: failed: ...``) and writes everything
-known about it (Python and JVM stack traces) to ``STATE_DIR/APP_ID/logs/failure-*.txt``, named
-on the next line.
+A failure prints its cause on one line (``run-topology: failed: ...``, the last one) and writes
+everything known about it (Python and JVM stack traces) to
+``STATE_DIR/APP_ID/logs/failure-*.txt``, named on the line before.
 """
 
 from __future__ import annotations
@@ -157,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except StreamsError as exc:
         report("run_failed", error=str(exc), error_type=type(exc).__name__)
-        print(f"run-topology: failed: {exc}", file=sys.stderr)
         _write_report(args, exc, exc.details)
+        print(f"run-topology: failed: {exc}", file=sys.stderr)  # the last line: the cause
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
         report("run_crashed", error=str(exc), error_type=type(exc).__name__)
-        print(f"run-topology: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         _write_report(args, exc, None)
+        print(f"run-topology: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 

@@ -325,14 +325,13 @@ def explain_failure(exc: BaseException) -> str:
 def failure_details(exc: BaseException) -> str:
     """Everything known about a Spark failure: its message (the task's Python traceback
     included) and the JVM stack trace, for the failure report file."""
-    parts = [str(exc).rstrip()]
-    stack = getattr(exc, "getStackTrace", None)
-    if callable(stack):
-        try:
-            parts.append("JVM stack trace:\n" + str(stack()).rstrip())
-        except Exception:  # noqa: BLE001 - the JVM may be gone already
-            pass
-    return "\n\n".join(p for p in parts if p)
+    text = str(exc).rstrip()
+    # pyspark's CapturedException keeps the JVM stack; str() shows it only when
+    # spark.sql.pyspark.jvmStacktrace.enabled is set
+    stack = getattr(exc, "_stackTrace", None)
+    if stack and str(stack).strip() not in text:
+        text += "\n\nJVM stack trace:\n" + str(stack).rstrip()
+    return text
 
 
 def query_failed(exc: BaseException) -> StreamsError:

@@ -63,7 +63,7 @@ def test_a_failing_processor_prints_the_cause_once_and_the_stacks_go_to_a_file(k
     assert len(lines) <= MAX_LINES, "\n".join(lines)
     ours = [line for line in lines if line.startswith("run-topology: ")]
     assert len(ours) == 2, "\n".join(lines)
-    cause, report_line = ours
+    report_line, cause = ours  # the cause is the last line
     for part in (f"topic={source}", "partition=0", "offset=1", "processor=explode", "ValueError"):
         assert part in cause
     assert not any("Traceback" in line for line in lines)
@@ -72,7 +72,8 @@ def test_a_failing_processor_prints_the_cause_once_and_the_stacks_go_to_a_file(k
     text = report.read_text()
     assert "Traceback (most recent call last)" in text
     assert "ValueError: cannot handle 'boom'" in text  # the Python stack from the task
-    assert "JVM stack trace" in text
+    assert "JVM stack trace" in text or "JVM stacktrace" in text
+    assert "at org.apache.spark." in text
 
 
 def test_debug_shows_what_the_default_level_cuts(kafka, tmp_path):
