@@ -24,7 +24,7 @@ BATCH = 300  # records per micro-batch: each run takes many micro-batches
 
 
 def _records(first: int, count: int) -> list[tuple[bytes, bytes, int]]:
-    """Record ``i`` goes to partition ``i % 3`` with key ``k<i % 7>`` and timestamp ``i * 100``."""
+    """Record ``i`` goes to partition ``i % 3`` with key ``k<i % 7>`` and timestamp ``(i + 1) * 100`` (librdkafka turns 0 into now)."""
     return [
         (f"k{i % 7}".encode(), f"v{i}".encode(), i % PARTITIONS)
         for i in range(first, first + count)
@@ -47,7 +47,7 @@ def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
     for i, (key, value, partition) in zip(
         range(first, first + count), _records(first, count), strict=True
     ):
-        tracker.produce(topic, key, value, partition=partition, timestamp=i * 100)
+        tracker.produce(topic, key, value, partition=partition, timestamp=(i + 1) * 100)
     tracker.flush_and_check(30)
 
 
@@ -105,7 +105,7 @@ def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp
     total = first_run + second_run
     long = Serdes.long()
     expected = {
-        f"0_{p}": _expected_ticks([i * 100 for i in range(total) if i % PARTITIONS == p])
+        f"0_{p}": _expected_ticks([(i + 1) * 100 for i in range(total) if i % PARTITIONS == p])
         for p in range(PARTITIONS)
     }
     with TopicReader(
@@ -123,4 +123,4 @@ def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp
     ) as counts:
         seen = counts.wait_for(lambda r: len(r) >= total, timeout_s=30)
     final = {key: value for key, value, *_ in seen}
-    assert final == Counter(f"k{i % 7}" for i in range(total))
+    assert final == Counter(f"0_{i % PARTITIONS}/k{i % 7}" for i in range(total))

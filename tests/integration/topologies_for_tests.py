@@ -90,7 +90,8 @@ class LifetimeProcessor(Processor):
     def process(self, record: Record) -> None:
         count = (self.store.get(record.key) or 0) + 1
         self.store.put(record.key, count)
-        self.context.forward(record.with_value(count), child="counts")
+        key = f"{self.context.task_id}/{record.key}"  # keys are counted per task
+        self.context.forward(record.with_key(key).with_value(count), child="counts")
 
     def close(self) -> None:
         self._log("close")
