@@ -85,7 +85,6 @@ from __future__ import annotations
 import gc
 import json
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,7 +107,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from processor_api.errors import ConfigError, MissingTopicError, SourceReadError, StreamsError
+from processor_api.errors import ConfigError, MissingTopicError, StreamsError
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -509,128 +508,39 @@ def read_range(
     """Yield ``pyarrow.RecordBatch``es (schema :data:`KAFKA_SCHEMA`) of ``topic[partition]``'s
     records with offsets in ``[start, end)``, in offset order.
 
-    The range ends when a record at or past ``end`` arrives, when the consumer's position
-    reaches ``end`` (offsets taken by transaction markers or aborted records are skipped, not
-    waited for) or when partition-EOF is reported at or past ``end``. If no progress is made
-    for ``read.timeout.ms`` it raises :class:`SourceReadError` naming topic, partition and the
-    offset it waited for. Usable without Spark.
+    Reads with :func:`processor_api.kafka.reader.read_bounded` (see there for how a range ends
+    and fails). Usable without Spark.
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    from processor_api.kafka.admin import client_config
+    from processor_api.kafka.reader import bounded_consumer, read_bounded
 
     if end <= start:
         return
-    consumer = Consumer(
-        client_config(
-            options.bootstrap_servers,
-            "source-reader",
-            **{
-                "group.id": f"processor-api-source-{uuid.uuid4().hex}",  # never joined
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error" if options.fail_on_data_loss else "earliest",
-                "isolation.level": options.isolation_level,
-                "allow.auto.create.topics": False,
-                "fetch.wait.max.ms": 100,
-                "queued.max.messages.kbytes": 16384,
-                **options.client_config,
-            },
-        )
+    consumer = bounded_consumer(
+        options.bootstrap_servers,
+        "source-reader",
+        isolation_level=options.isolation_level,
+        fail_on_data_loss=options.fail_on_data_loss,
+        extra={"queued.max.messages.kbytes": 16384, **options.client_config},
     )
     builder = _BatchBuilder(topic, partition)
-    position = start
-    eof_at: int | None = None
-    started = last_progress = time.monotonic()
+    started = time.monotonic()
     count = 0
-    tp = TopicPartition(topic, partition)
     try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        done = False
-        while not done:
-            budget = max(1, min(end - position, options.arrow_batch_rows))
-            progressed = False
-            for message in consumer.consume(num_messages=budget, timeout=0.2):
-                error = message.error()
-                if error is not None:
-                    code = error.code()
-                    if code == KafkaError._PARTITION_EOF:
-                        eof_at = int(message.offset())
-                        if eof_at >= end:
-                            done = True
-                            break
-                        continue
-                    if (
-                        code == KafkaError._AUTO_OFFSET_RESET
-                        or code == KafkaError.OFFSET_OUT_OF_RANGE
-                    ):
-                        raise SourceReadError(
-                            f"offset {position} is no longer on the broker (retention or "
-                            f"compaction removed it, or the broker lost data); planned range "
-                            f"{start}..{end}; set fail.on.data.loss=false to skip: {error.str()}",
-                            topic=topic,
-                            partition=partition,
-                            offset=position,
-                        )
-                    if error.fatal() or code in (
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                        KafkaError._UNKNOWN_PARTITION,
-                        KafkaError._UNKNOWN_TOPIC,
-                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                    ):
-                        raise SourceReadError(
-                            f"reading {start}..{end} failed: {error.str()}",
-                            topic=topic,
-                            partition=partition,
-                            offset=position,
-                        )
-                    _log.debug(
-                        "source_read_transient_error",
-                        topic=topic,
-                        partition=partition,
-                        error=error.str(),
-                    )
-                    continue
-                offset = int(message.offset())
-                if offset >= end:
-                    done = True
-                    break
-                if offset < position:
-                    continue  # already returned (cannot normally happen)
+        for messages in read_bounded(
+            consumer,
+            topic,
+            partition,
+            start,
+            end,
+            batch_size=options.arrow_batch_rows,
+            stall_timeout_s=options.read_timeout_s,
+            source=options.bootstrap_servers,
+        ):
+            for message in messages:
                 builder.add(message)
-                count += 1
-                position = offset + 1
-                progressed = True
-                if position >= end:
-                    done = True
-                    break
-            if len(builder) >= options.arrow_batch_rows or (done and len(builder)):
+            count += len(messages)
+            if len(builder) >= options.arrow_batch_rows:
                 yield builder.flush()
-            if done:
-                break
-            # skipped offsets (control records, aborted or compacted records) move the
-            # consumer's position without delivering a message
-            app_position = consumer.position([tp])[0].offset
-            if app_position is not None and app_position > position:
-                position = app_position
-                progressed = True
-                if position >= end:
-                    break
-            if progressed:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > options.read_timeout_s:
-                broker_end = (
-                    f"; the broker reports its end at {eof_at}" if eof_at is not None else ""
-                )
-                raise SourceReadError(
-                    f"no record at or after offset {position} arrived within "
-                    f"{options.read_timeout_s:g}s while reading the planned range "
-                    f"{start}..{end} from {options.bootstrap_servers}{broker_end}",
-                    topic=topic,
-                    partition=partition,
-                    offset=position,
-                )
         if len(builder):
             yield builder.flush()
     finally:

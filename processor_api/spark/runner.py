@@ -31,12 +31,14 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
+from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
 from processor_api.spark.host_client import close_hosts
 from processor_api.spark.job import JobSpec
+from processor_api.spark.resume import check_agreement, checkpoint_positions, starting_offsets_json
 from processor_api.spark.spark_home import compiled_spark_home
 from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, run_task
 from processor_api.topology import Topology
@@ -256,17 +258,17 @@ class TopologyRunner:
         if dead_letter:
             partitions = max(plan.partitions_by_subtopology.values(), default=1)
             ensure_topics(self.settings.bootstrap_servers, [TopicSpec(dead_letter, partitions, {})])
-        if self.config.exactly_once:
-            ensure_topics(
-                self.settings.bootstrap_servers,
-                [
-                    TopicSpec(
-                        commit_marker_topic(self.config.application_id),
-                        len(plan.task_ids),
-                        {"cleanup.policy": "compact"},
-                    )
-                ],
-            )
+        # both guarantees keep each task's commit markers there (spark/guarantee.py)
+        ensure_topics(
+            self.settings.bootstrap_servers,
+            [
+                TopicSpec(
+                    commit_marker_topic(self.config.application_id),
+                    len(plan.task_ids),
+                    {"cleanup.policy": "compact"},
+                )
+            ],
+        )
         self.plan = plan
         _log.info(
             "topology_planned",
@@ -337,7 +339,7 @@ class TopologyRunner:
             .option("bootstrap.servers", self.settings.bootstrap_servers)
             .option("topics", ",".join(plan.source_topics))
             .option("max.records.per.batch", str(self.settings.max_records_per_batch))
-            .option("starting.offsets", self._starting_offsets())
+            .option("starting.offsets", self._resume_offsets(plan))
             .option("isolation.level", self.config.processing_guarantee.isolation_level)
         )
         if end_offsets_cap:
@@ -435,6 +437,32 @@ class TopologyRunner:
             return  # a checkpoint from before the marker existed: let Spark decide
         checkpoint.mkdir(parents=True, exist_ok=True)
         marker.write_text(mode + "\n")
+
+    def _resume_offsets(self, plan: TopicPlan) -> str:
+        """The source's starting offsets: see ``resume.py`` (checkpoint, group, or policy)."""
+        partitions = [
+            (topic, p)
+            for topics in (plan.external_sources, plan.internal)
+            for topic, count in topics.items()
+            for p in range(count)
+        ]
+        group_id = self.config.application_id
+        group = committed_offsets(self.settings.bootstrap_servers, group_id, partitions)
+        checkpoint = self.settings.resolved_checkpoint_dir
+        positions = checkpoint_positions(checkpoint)
+        if positions is not None:
+            check_agreement(checkpoint, *positions, group, group_id)
+            return self._starting_offsets()  # Spark resumes from its checkpoint
+        if group:
+            _log.info(
+                "resuming_from_consumer_group",
+                group=group_id,
+                partitions=len(group),
+                detail="no Spark checkpoint: the source starts at the group's committed "
+                "offsets and tasks adopt their last commit marker",
+            )
+            return starting_offsets_json(group)
+        return self._starting_offsets()
 
     def _starting_offsets(self) -> str:
         policies = {

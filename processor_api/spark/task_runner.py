@@ -31,11 +31,11 @@ from processor_api.engine.metadata import CommitState, TaskMetadata
 from processor_api.engine.records import InputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
-from processor_api.kafka.collector import KafkaCollector, read_changelog
+from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic
-from processor_api.kafka.reader import bounded_consumer, read_bounded
+from processor_api.kafka.reader import bounded_consumer, read_bounded, read_changelog
 from processor_api.logging import get_logger
-from processor_api.spark.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
+from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
@@ -95,17 +95,16 @@ class TaskRunner:
 
     def _make_guarantee(self) -> Guarantee:
         spec = self.spec
-        if self.config.exactly_once:
-            return ExactlyOnce(
-                bootstrap_servers=spec.bootstrap_servers,
-                producer_config=spec.producer_config,
-                flush_timeout_s=spec.flush_timeout_s,
-                application_id=self.app_id,
-                task_id=self.task_id,
-                marker_partition=spec.task_ids.index(self.task_id),
-                directory=self.directory,
-            )
-        return AtLeastOnce(spec.bootstrap_servers, spec.producer_config, spec.flush_timeout_s)
+        settings = TaskCommitSettings(
+            bootstrap_servers=spec.bootstrap_servers,
+            producer_config=spec.producer_config,
+            flush_timeout_s=spec.flush_timeout_s,
+            application_id=self.app_id,
+            task_id=self.task_id,
+            marker_partition=spec.task_ids.index(self.task_id),
+            directory=self.directory,
+        )
+        return make_guarantee(self.config.exactly_once, settings)
 
     # ------------------------------------------------------------------ batch
     def run_batch(self, state_json: str | None, ranges: list[InputRange]) -> BatchResult:
@@ -129,7 +128,7 @@ class TaskRunner:
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(metadata)
+            metadata = guarantee.commit(metadata, self._input_offsets(metadata))
             stores.commit(positions)
         except BaseException:
             dropped = stores.discard()
@@ -245,6 +244,13 @@ class TaskRunner:
                         )
                     )
         return records
+
+    def _input_offsets(self, metadata: TaskMetadata) -> dict[tuple[str, int], int]:
+        """The task's input positions as consumer-group offsets (next offset to process)."""
+        return {
+            (topic, self.partition): position
+            for topic, position in metadata.input_positions.items()
+        }
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
