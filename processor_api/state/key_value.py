@@ -131,6 +131,11 @@ class KeyValueStore:
     def _serialize_value(self, value: Any) -> bytes | None:
         return self.value_serde.serialize(value)
 
+    def entry_from_bytes(self, key: bytes, value: bytes | None) -> KeyValue:
+        """The typed entry of a raw ``(key, value)`` pair of this store (e.g. from
+        :meth:`KeyValueIterator.raw_entries`), deserialized with the store's serdes."""
+        return KeyValue(self.key_serde.deserialize(key), self.value_serde.deserialize(value))
+
     def _deserialize_key(self, data: bytes) -> Any:
         return self.key_serde.deserialize(data)
 
