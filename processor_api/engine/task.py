@@ -30,7 +30,7 @@ from processor_api.engine.context import ProcessorContextImpl, RecordContext
 from processor_api.engine.handlers import ErrorHandling
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.nodes import NodeGraph, ProcessorNode
-from processor_api.engine.partition_group import PartitionGroup
+from processor_api.engine.partition_group import PartitionGroup, RecordQueue
 from processor_api.engine.punctuation import (
     NEVER,
     PunctuationQueue,
@@ -96,7 +96,7 @@ class Task:
 
         persisted = metadata or TaskMetadata()
         self.stream_time = persisted.stream_time
-        self._partition_times = dict(persisted.partition_times)
+        self._persisted_partition_times = dict(persisted.partition_times)
         self._positions = dict(persisted.input_positions)
         self._persisted_schedules = {
             key: ScheduleState.from_json(value) for key, value in persisted.schedules.items()
@@ -127,7 +127,14 @@ class Task:
             lambda definition: SinkNode(definition, collector),
             lambda node: ProcessorContextImpl(self, node),
         )
-        self.partition_group = PartitionGroup(self.graph.sources_by_topic, self.task_id)
+        self.partition_group = PartitionGroup(
+            self.graph.sources_by_topic,
+            self._persisted_partition_times,
+            self.errors.on_deserialization_error,
+            self._skipped,
+            self.task_id,
+            self._log,
+        )
 
     def _current_record_timestamp(self) -> int:
         return self.record_context.timestamp
@@ -176,68 +183,59 @@ class Task:
         """Process records of this task's partition; returns how many were processed.
 
         Records of one topic are taken in offset order. With several co-partitioned topics,
-        the record whose timestamp is smallest goes first. Records below the persisted input
-        position are skipped (already processed).
+        the record whose (deserialized, extracted) timestamp is smallest goes first.
+        Records below the persisted input position are skipped (already processed).
         """
         if not self._initialized:
             self.initialize()
+        group = self.partition_group
+        only = group.add_records(records, self._positions)
         count = 0
-        for raw in self.partition_group.records(records, self._positions):
-            count += self._process_raw(raw)
+        process = self._process
+        if only is not None:  # one input topic in this batch: offset order, no merging
+            stamp = only.stamp
+            for raw in only.take_all():
+                record = stamp(raw)
+                if record is None:
+                    self._skipped(raw)
+                else:
+                    process(only, raw, record)
+                    count += 1
+            return count
+        next_record = group.next_record
+        while (taken := next_record()) is not None:
+            process(*taken)
+            count += 1
         return count
 
-    def _process_raw(self, raw: InputRecord) -> int:
-        processed = self._process_one(raw)
-        # Only reached when the record was handled (processed or skipped by a handler): a
-        # failing record leaves the position on itself, so nothing past it is committed.
+    def _skipped(self, raw: InputRecord) -> None:
+        """A record dropped before processing (handler skipped it, negative timestamp)."""
+        self.records_skipped += 1
         self._positions[raw.topic] = raw.offset + 1
-        if processed:
-            self.records_processed += 1
-            if self.stream_time >= self._stream_due:
-                self.maybe_punctuate_stream_time()
-        return processed
 
-    def _process_one(self, raw: InputRecord) -> int:
-        source, source_node = self.graph.sources_by_topic[raw.topic]
-        try:
-            key = source.key_serde.deserialize(raw.key)
-            value = source.value_serde.deserialize(raw.value)
-        except Exception as exc:
-            self.errors.on_deserialization_error(raw, source.name, exc)
-            self.records_skipped += 1
-            return 0
-        timestamp = raw.timestamp
-        headers = raw.headers
-        if source.timestamp_extractor is not None:
-            partition_time = self._partition_times.get(raw.topic, -1)
-            base = Record(key, value, max(timestamp, 0), headers)
-            timestamp = source.timestamp_extractor(base, partition_time)
-        if timestamp < 0:
-            self._log.warning(
-                "record_skipped_invalid_timestamp",
-                topic=raw.topic,
-                partition=raw.partition,
-                offset=raw.offset,
-                timestamp=timestamp,
-            )
-            self.records_skipped += 1
-            return 0
-        if timestamp > self._partition_times.get(raw.topic, -1):
-            self._partition_times[raw.topic] = timestamp
+    def _process(self, queue: RecordQueue, raw: InputRecord, record: Record) -> None:
+        timestamp = record.timestamp
+        if timestamp > queue.partition_time:
+            queue.partition_time = timestamp
         if timestamp > self.stream_time:
             self.stream_time = timestamp
-        record = Record(key, value, timestamp, headers)
         context = self.record_context
         context.timestamp = timestamp
         context.raw = raw  # record_metadata() makes its RecordMetadata when asked
         try:
-            self.graph.forward(source_node, record, None)
+            self.graph.forward(queue.node, record, None)
         except ProcessingError as error:
             self.errors.on_processing_error(error, raw)
         finally:
             context.raw = None
             context.metadata = None
-        return 1
+        # Only reached when the record was handled (processed, or failed and the handler
+        # went on): a failing record leaves the position on itself, so nothing past it is
+        # committed.
+        self._positions[raw.topic] = raw.offset + 1
+        self.records_processed += 1
+        if self.stream_time >= self._stream_due:
+            self.maybe_punctuate_stream_time()
 
     # ------------------------------------------------------------ punctuation
     def schedule(
@@ -332,7 +330,10 @@ class Task:
         schedules.update({key: s.state.to_json() for key, s in self._schedules.items()})
         return TaskMetadata(
             stream_time=self.stream_time,
-            partition_times=dict(self._partition_times),
+            partition_times={
+                **self._persisted_partition_times,
+                **self.partition_group.partition_times(),
+            },
             input_positions=dict(self._positions),
             schedules=schedules,
             changelog_offsets=dict(self._changelog_offsets),
