@@ -44,6 +44,7 @@ from processor_api.logging import get_logger
 from processor_api.processor import Cancellable, PunctuationType, Record
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.changelogging import ChangeRecord
+from processor_api.state.undo import UndoLog
 from processor_api.topology import SubTopology
 
 StoreFactory = Callable[[StoreBuilder, Callable[[], int]], StoreStack]
@@ -116,7 +117,12 @@ class Task:
         self.records_processed = 0
         self.records_skipped = 0
 
-        self.errors = ErrorHandling(self.config, self.task_id, collector, self._log)
+        # Store writes of the record (or punctuator) running now, undone if it fails and
+        # the processing handler goes on.
+        self.undo = UndoLog()
+        self.errors = ErrorHandling(
+            self.config, self.task_id, collector.send, self.record_context, self.undo, self._log
+        )
         self.stores: dict[str, StoreStack] = {}
         for store_name in subtopology.store_names:
             self.stores[store_name] = store_factory(
@@ -124,7 +130,7 @@ class Task:
             )
         self.graph = NodeGraph(
             subtopology,
-            lambda definition: SinkNode(definition, collector),
+            lambda definition: SinkNode(definition, collector, self.errors.on_serialization_error),
             lambda node: ProcessorContextImpl(self, node),
         )
         self.partition_group = PartitionGroup(
@@ -144,6 +150,8 @@ class Task:
         """Call ``init(context)`` on every processor, in topology order."""
         if self._initialized:
             return
+        for stack in self.stores.values():  # the runtime may have replaced stores until now
+            self.undo.track(stack.store)
         for node in self.graph.processor_nodes():
             try:
                 node.processor.init(node.context)  # type: ignore[union-attr, arg-type]
@@ -188,6 +196,7 @@ class Task:
         """
         if not self._initialized:
             self.initialize()
+        self.undo.forget_reads()  # the stores may have been restored or rolled back since
         group = self.partition_group
         only = group.add_records(records, self._positions)
         count = 0
@@ -222,10 +231,15 @@ class Task:
         context = self.record_context
         context.timestamp = timestamp
         context.raw = raw  # record_metadata() makes its RecordMetadata when asked
+        undo = self.undo.entries
+        if undo:
+            undo.clear()
+        graph = self.graph
         try:
-            self.graph.forward(queue.node, record, None)
+            graph.forward(queue.node, record, None)
         except ProcessingError as error:
-            self.errors.on_processing_error(error, raw)
+            failed, graph.failed_record = graph.failed_record, None
+            self.errors.on_processing_error(error, raw, record if failed is None else failed)
         finally:
             context.raw = None
             context.metadata = None
@@ -285,6 +299,7 @@ class Task:
         """Fire due WALL_CLOCK_TIME schedules against ``now`` (default: the task clock)."""
         if not self._initialized:
             self.initialize()
+        self.undo.forget_reads()
         return self._wall_queue.may_punctuate(self.clock() if now is None else now, self._fire)
 
     def next_wall_clock_due(self) -> int | None:
@@ -295,6 +310,7 @@ class Task:
         context = self.record_context
         saved = (context.raw, context.metadata, context.timestamp)
         context.raw, context.metadata, context.timestamp = None, None, timestamp
+        self.undo.clear()
         try:
             schedule.punctuator(timestamp)
         except Exception as exc:
@@ -307,7 +323,8 @@ class Task:
                     processor=schedule.node_name,
                 )
                 error.__cause__ = exc
-            self.errors.on_processing_error(error, None)
+            self.graph.failed_record = None
+            self.errors.on_processing_error(error, None, None)
         finally:
             context.raw, context.metadata, context.timestamp = saved
 
