@@ -12,6 +12,12 @@ from processor_api.errors import (
     StreamsError,
     TopologyError,
 )
+from processor_api.handlers import (
+    DeadLetterRecord,
+    ErrorHandlerContext,
+    HandlerResponse,
+    HandlerResult,
+)
 from processor_api.processor import (
     Cancellable,
     Processor,
@@ -29,6 +35,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Cancellable",
     "ConfigError",
+    "DeadLetterRecord",
+    "ErrorHandlerContext",
+    "HandlerResponse",
+    "HandlerResult",
     "KeyValue",
     "KeyValueStore",
     "ProcessingError",

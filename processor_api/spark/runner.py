@@ -298,6 +298,7 @@ class TopologyRunner:
                 "processing_guarantee": self.config.processing_guarantee.value,
                 "deserialization_exception_handler": self.config.deserialization_exception_handler,
                 "processing_exception_handler": self.config.processing_exception_handler,
+                "production_exception_handler": self.config.production_exception_handler,
                 "dead_letter_topic": self.config.dead_letter_topic,
                 **self.config.extra,
             },
