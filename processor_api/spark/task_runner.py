@@ -128,7 +128,7 @@ class TaskRunner:
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(metadata, self._input_offsets(metadata))
+            metadata = guarantee.commit(metadata, self._input_offsets(metadata, ranges))
             stores.commit(positions)
         except BaseException:
             dropped = stores.discard()
@@ -245,12 +245,22 @@ class TaskRunner:
                     )
         return records
 
-    def _input_offsets(self, metadata: TaskMetadata) -> dict[tuple[str, int], int]:
-        """The task's input positions as consumer-group offsets (next offset to process)."""
-        return {
+    def _input_offsets(
+        self, metadata: TaskMetadata, ranges: list[InputRange]
+    ) -> dict[tuple[str, int], int]:
+        """The task's progress as consumer-group offsets (the next offset to consume).
+
+        A range read to its end moves the offset to the range's end even when its last
+        offsets were transaction markers (which carry no record and no position).
+        """
+        offsets = {
             (topic, self.partition): position
             for topic, position in metadata.input_positions.items()
         }
+        for planned in ranges:
+            key = (planned.topic, planned.partition)
+            offsets[key] = max(offsets.get(key, 0), planned.end)
+        return offsets
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
