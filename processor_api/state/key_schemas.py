@@ -70,10 +70,16 @@ def session_end_of(stored: bytes) -> int:
 
 
 def upper_bound_for_keys_up_to(key: bytes, suffix_size: int) -> bytes:
-    """An inclusive bound above every stored key ``k + suffix`` with ``k == key``.
+    """An inclusive bound above every stored key ``k + suffix`` with ``k <= key``.
 
-    Timestamps are non-negative, so every suffix is at most ``0x7f ff .. ff``. Keys of which
-    ``key`` is a proper prefix followed by a byte at or below the suffix's first byte may sort
-    after this bound, as in Kafka Streams (range queries over such keys are documented).
+    Timestamps are non-negative, so a suffix starts with a byte of at most ``0x7f``. A key
+    ``k`` that is a proper prefix of ``key`` sorts its records by that suffix, possibly after
+    ``key``'s own, so (as Kafka Streams' ``OrderedBytes.upperRange``) the bound keeps ``key``
+    only up to its first byte, after the first, that is below ``0x7f``, then the largest
+    suffix. Callers filter what lies between.
     """
-    return key + _MAX_LONG + b"\xff" * (suffix_size - TIMESTAMP_SIZE)
+    max_suffix = _MAX_LONG + b"\xff" * (suffix_size - TIMESTAMP_SIZE)
+    end = 1
+    while end < len(key) and key[end] >= max_suffix[0]:
+        end += 1
+    return key[:end] + max_suffix

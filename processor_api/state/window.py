@@ -43,9 +43,7 @@ class WindowStore(TimeOrderedStore):
     adds a new record (sequence numbered) instead of replacing, and ``put(k, None, t)`` is
     ignored.
 
-    Key-range fetches compare serialized keys; as in Kafka Streams, when one key's bytes are a
-    proper prefix of another's followed by a ``0x00`` byte, the range may miss the shorter
-    key's records.
+    Key ranges compare serialized keys (unsigned bytes), as in Kafka Streams.
     """
 
     def __init__(
