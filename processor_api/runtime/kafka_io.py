@@ -48,17 +48,21 @@ class KafkaCollector:
             self._partition_counts[topic] = count
         return count
 
-    def send_changes(self, topic: str, partition: int, changes: list[ChangeRecord]) -> int:
+    def send_changes(
+        self, topic: str, partition: int, changes: list[ChangeRecord], *, versioned: bool = False
+    ) -> int:
         """Log a batch's store changes to partition ``partition`` of a changelog topic.
 
         Only the last change of each key in the batch is sent: the batch is committed as a
         whole, so a restore ends in the same state, and compaction would drop the earlier
-        values anyway. Returns how many records were sent.
+        values anyway. For a ``versioned`` store the record timestamp is the version, so the
+        last change of each (key, timestamp) is sent. Returns how many records were sent.
         """
-        latest: dict[bytes, ChangeRecord] = {}
+        latest: dict[object, ChangeRecord] = {}
         for change in changes:
-            latest.pop(change.key, None)  # re-insert: keep the order of last writes
-            latest[change.key] = change
+            ident = (change.key, change.timestamp) if versioned else change.key
+            latest.pop(ident, None)  # re-insert: keep the order of last writes
+            latest[ident] = change
         self.tracker.produce_many(
             topic, partition, [(change.key, change.value, change.timestamp)
                                for change in latest.values()],
@@ -72,13 +76,15 @@ def read_changelog(
     partition: int,
     start: int,
     end: int,
-    apply_batch: Callable[[list[tuple[bytes, bytes | None]]], None],
+    apply_batch: Callable[[list[tuple]], None],
     *,
     isolation_level: str = "read_committed",
+    with_timestamps: bool = False,
 ) -> int:
     """Replay offsets ``[start, end)`` of one changelog partition into ``apply_batch``.
 
-    Records are handed over in batches (bulk store writes). Progress is logged every few
+    Records are handed over in batches (bulk store writes) of ``(key, value)``, or of
+    ``(key, value, timestamp)`` with ``with_timestamps`` (versioned stores). Progress is logged every few
     seconds with the record count and rate. Offsets that are transaction markers are never
     delivered, so the replay ends once the consumer position reaches ``end``.
     """
@@ -104,7 +110,7 @@ def read_changelog(
     position = start
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        batch: list[tuple[bytes, bytes | None]] = []
+        batch: list[tuple] = []
         while position < end:
             messages = consumer.consume(RESTORE_BATCH, timeout=0.5)
             now = time.monotonic()
@@ -120,7 +126,10 @@ def read_changelog(
                 if offset >= end:
                     position = end
                     break
-                batch.append((message.key(), message.value()))
+                if with_timestamps:
+                    batch.append((message.key(), message.value(), message.timestamp()[1]))
+                else:
+                    batch.append((message.key(), message.value()))
                 position = offset + 1
             if batch:
                 apply_batch(batch)

@@ -278,10 +278,14 @@ class _TaskBatch:
         self.exactly_once = runtime.config.processing_guarantee == "exactly_once_v2"
         self.log = get_logger("processor_api.spark_task", task=task_id)
 
-    def _reader(self, topic: str, part: int, start: int, end: int, apply: Any) -> int:
+    def _reader(
+        self, topic: str, part: int, start: int, end: int, apply: Any,
+        with_timestamps: bool = False,
+    ) -> int:
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         return read_changelog(
-            self.spec.bootstrap_servers, topic, part, start, end, apply, isolation_level=isolation
+            self.spec.bootstrap_servers, topic, part, start, end, apply, isolation_level=isolation,
+            with_timestamps=with_timestamps,
         )
 
     def _adopt_committed_marker(self, metadata: TaskMetadata) -> TaskMetadata:
@@ -349,7 +353,8 @@ class _TaskBatch:
             changelog_count = 0
             for store_name, store_changes in changes.items():
                 changelog_count += collector.send_changes(
-                    changelog_topic(self.app_id, store_name), self.partition, store_changes
+                    changelog_topic(self.app_id, store_name), self.partition, store_changes,
+                    versioned=runtime.topology.store_builders[store_name].changelog_has_versions,
                 )
             tracker.flush_and_check(spec.flush_timeout_s)
             acked = tracker.acked_end_offsets()
