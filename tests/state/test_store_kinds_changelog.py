@@ -291,3 +291,23 @@ def test_task_stores_restore_each_kind_from_its_changelog(tmp_path, inner_kind, 
     assert contents(second.stacks[builder.name].store) == expected
     assert restored_stack.store is second.stacks[builder.name].store
     second.close()
+
+
+def test_timestamped_window_store_values_and_changelog(tmp_path, inner_kind):
+    factory = (
+        Stores.persistent_window_store if inner_kind == "rocksdb" else Stores.in_memory_window_store
+    )
+    stack = Stores.timestamped_window_store_builder(
+        factory("tw", 1000, 10), Serdes.string(), Serdes.long()
+    ).build(state_dir=tmp_path)
+    stack.store.put("k", ValueAndTimestamp(3, 17), 10)
+    assert stack.store.fetch("k", 10) == ValueAndTimestamp(3, 17)
+    assert list(stack.store.all()) == [
+        KeyValue(Windowed.time_window("k", 10, 10), ValueAndTimestamp(3, 17))
+    ]
+    assert [(c.key, c.value) for c in flushed_changes(stack)] == [
+        (b"k" + long8(10) + int4(0), long8(17) + long8(3))
+    ]
+    with pytest.raises(StoreError, match="state store 'tw' is timestamped"):
+        stack.store.put("k", 3, 10)
+    stack.close()
