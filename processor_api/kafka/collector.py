@@ -54,17 +54,21 @@ class KafkaCollector:
             self._partition_counts[topic] = count
         return count
 
-    def send_changes(self, topic: str, partition: int, changes: list[ChangeRecord]) -> int:
+    def send_changes(
+        self, topic: str, partition: int, changes: list[ChangeRecord], *, versioned: bool = False
+    ) -> int:
         """Log a batch's store changes to partition ``partition`` of a changelog topic.
 
         Only the last change of each key in the batch is sent: the batch is committed as a
         whole, so a restore ends in the same state, and compaction would drop the earlier
-        values anyway. Returns how many records were sent.
+        values anyway. For a ``versioned`` store the record timestamp is the version, so the
+        last change of each (key, timestamp) is sent. Returns how many records were sent.
         """
-        latest: dict[bytes, ChangeRecord] = {}
+        latest: dict[object, ChangeRecord] = {}
         for change in changes:
-            latest.pop(change.key, None)  # re-insert: keep the order of last writes
-            latest[change.key] = change
+            ident = (change.key, change.timestamp) if versioned else change.key
+            latest.pop(ident, None)  # re-insert: keep the order of last writes
+            latest[ident] = change
         self.tracker.produce_many(
             topic,
             partition,

@@ -169,14 +169,16 @@ def read_changelog(
     partition: int,
     start: int,
     end: int,
-    apply_batch: Callable[[list[tuple[bytes, bytes | None]]], None],
+    apply_batch: Callable[[list[tuple]], None],
     *,
     isolation_level: str = "read_committed",
+    with_timestamps: bool = False,
 ) -> int:
     """Replay offsets ``[start, end)`` of one changelog partition into ``apply_batch``.
 
-    Records are handed over in batches (bulk store writes); progress is logged every few
-    seconds with the record count and rate. Returns how many records were replayed.
+    Records are handed over in batches (bulk store writes) of ``(key, value)``, or of
+    ``(key, value, timestamp)`` with ``with_timestamps`` (versioned stores); progress is
+    logged every few seconds with the record count and rate. Returns how many were replayed.
     """
     if end <= start:
         return 0
@@ -200,7 +202,10 @@ def read_changelog(
             stall_timeout_s=RESTORE_STALL_TIMEOUT_S,
             source=bootstrap_servers,
         ):
-            apply_batch([(message.key(), message.value()) for message in messages])
+            if with_timestamps:
+                apply_batch([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
+            else:
+                apply_batch([(m.key(), m.value()) for m in messages])
             count += len(messages)
             now = time.monotonic()
             if now - last_report >= PROGRESS_EVERY_S:

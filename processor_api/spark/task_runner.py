@@ -193,7 +193,13 @@ class TaskRunner:
         return sum(restored.values())
 
     def _replay_changelog(
-        self, topic: str, partition: int, start: int, end: int, apply: Any
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        apply: Any,
+        with_timestamps: bool = False,
     ) -> int:
         return read_changelog(
             self.spec.bootstrap_servers,
@@ -203,6 +209,7 @@ class TaskRunner:
             end,
             apply,
             isolation_level=self._guarantee.isolation_level,
+            with_timestamps=with_timestamps,
         )
 
     def _read(self, ranges: list[InputRange]) -> list[InputRecord]:
@@ -266,7 +273,10 @@ class TaskRunner:
         count = 0
         for store_name, changes in task.flush().items():
             count += collector.send_changes(
-                changelog_topic(self.app_id, store_name), self.partition, changes
+                changelog_topic(self.app_id, store_name),
+                self.partition,
+                changes,
+                versioned=self.topology.store_builders[store_name].changelog_has_versions,
             )
         return count
 

@@ -9,6 +9,9 @@ back through the store's layers, newest first. The restoring writes are ordinary
 cache coalesces them, a change log records them (the changelog then holds the skipped write
 and its reversal; replaying it gives the same state).
 
+Key-value stores (plain and timestamped) are journaled; window, session and versioned stores
+are not yet: their writes made by a skipped record stay, as in Kafka Streams.
+
 The previous value usually costs nothing: a read-modify-write (``get`` then ``put`` of the
 same key) reuses the value ``get`` read, so only a blind write reads the store first.
 """
@@ -30,11 +33,15 @@ class UndoLog:
         self.entries: list[tuple[KeyValueStore, bytes, bytes | None]] = []
         self._stores: list[KeyValueStore] = []
 
-    def track(self, store: KeyValueStore) -> None:
-        """Journal ``store``'s writes here (until it is tracked by another log)."""
+    def track(self, store: object) -> None:
+        """Journal ``store``'s writes here (until it is tracked by another log); stores that
+        cannot journal their writes (window, session, versioned) are left as they are."""
+        track_writes = getattr(store, "track_writes", None)
+        if track_writes is None:
+            return
         if store not in self._stores:
-            self._stores.append(store)
-        store.track_writes(self)
+            self._stores.append(store)  # type: ignore[arg-type]
+        track_writes(self)
 
     def clear(self) -> None:
         """Forget the journaled writes: the unit of work they belong to succeeded."""
