@@ -128,7 +128,7 @@ class TaskRunner:
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(metadata, self._input_offsets(metadata, ranges))
+            metadata = guarantee.commit(metadata, self._input_offsets(ranges))
             stores.commit(positions)
         except BaseException:
             dropped = stores.discard()
@@ -252,22 +252,15 @@ class TaskRunner:
                     )
         return records
 
-    def _input_offsets(
-        self, metadata: TaskMetadata, ranges: list[InputRange]
-    ) -> dict[tuple[str, int], int]:
-        """The task's progress as consumer-group offsets (the next offset to consume).
+    @staticmethod
+    def _input_offsets(ranges: list[InputRange]) -> dict[tuple[str, int], int]:
+        """The batch's progress as consumer-group offsets: the end of every range it read.
 
-        A range read to its end moves the offset to the range's end even when its last
-        offsets were transaction markers (which carry no record and no position).
+        A range is read to its end, so the next offset to consume is the range's end even when
+        its last offsets were transaction markers (no record, no position). Partitions without
+        a range in this batch keep the offset an earlier batch committed.
         """
-        offsets = {
-            (topic, self.partition): position
-            for topic, position in metadata.input_positions.items()
-        }
-        for planned in ranges:
-            key = (planned.topic, planned.partition)
-            offsets[key] = max(offsets.get(key, 0), planned.end)
-        return offsets
+        return {(planned.topic, planned.partition): planned.end for planned in ranges}
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
