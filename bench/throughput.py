@@ -105,6 +105,8 @@ def processor_api_cmd(
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
 BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
+#: The driver JVM with the JVM's own defaults (C2, G1) instead of the runner's start-up options.
+JVM_DEFAULTS = "processor_api JVM defaults (diagnostic)"
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
@@ -283,7 +285,10 @@ def contenders(
     bootstrap = broker.bootstrap
 
     def processor_api(
-        rep: int, name: str = "processor_api", extra: tuple[str, ...] = ()
+        rep: int,
+        name: str = "processor_api",
+        extra: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None,
     ) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
@@ -292,6 +297,7 @@ def contenders(
             BEFORE: "processor_api_before",
             CACHING: "processor_api_caching",
             BIG_BATCHES: "processor_api_1M_batches",
+            JVM_DEFAULTS: "processor_api_jvm_defaults",
         }[name]
         if name == BEFORE:
             cmd, env, cwd = (
@@ -302,7 +308,7 @@ def contenders(
         else:
             cmd, env, cwd = (
                 processor_api_cmd(bootstrap, topic, state_dir, app_id, extra),
-                None,
+                extra_env,
                 REPO_DIR,
             )
         memory: dict[str, Any] = {}
@@ -420,6 +426,9 @@ def contenders(
         BIG_BATCHES: lambda rep: processor_api(
             rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")
         ),
+        JVM_DEFAULTS: lambda rep: processor_api(
+            rep, JVM_DEFAULTS, extra_env={"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
+        ),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
@@ -484,6 +493,8 @@ def run_size(
                         "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--topology-arg", "caching=true")
                     )
                 ),
+                JVM_DEFAULTS: "PROCESSOR_API_DRIVER_JAVA_OPTIONS=' ' "
+                + " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
                 BIG_BATCHES: " ".join(
                     processor_api_cmd(
                         "BOOTSTRAP",
