@@ -36,7 +36,6 @@ import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -45,8 +44,10 @@ from bench.common import (
     QUIX_VENV,
     RAW_DIR,
     REPO_DIR,
+    RUN_MARKER,
     Broker,
     key_for,
+    leftover_processes,
     log,
     stats,
 )
@@ -237,6 +238,7 @@ def run_one(
     label = name.replace(" ", "_").replace("=", "")
     log_path = RAW_DIR / f"latency-{rate}-{label}-{rep}.log"
     probe = _Probe(broker.bootstrap, in_topic, out_topic)
+    marker = uuid.uuid4().hex
     started = time.monotonic()
     with open(log_path, "w") as err:
         err.write("$ " + " ".join(cmd) + "\n")
@@ -247,7 +249,7 @@ def run_one(
             stderr=err,
             text=True,
             cwd=REPO_DIR,
-            env={**os.environ, **env},
+            env={**os.environ, **env, RUN_MARKER: marker},
             start_new_session=True,
         )
         result: dict[str, Any] = {"contender": name, "rate": rate, "rep": rep, "log": str(log_path)}
@@ -258,7 +260,7 @@ def run_one(
                 return result
             result["first_output_after_s"] = round(time.monotonic() - started, 2)
             probe.produce_for(rate, settle_s)
-            window_start = time.time() * 1000
+            window_start = int(time.time() * 1000)
             probe.window = (window_start, float("inf"))
             sent = probe.produce_for(rate, measure_s)
             probe.window = (window_start, time.time() * 1000)
@@ -268,6 +270,14 @@ def run_one(
         finally:
             code = _stop(proc)
             probe.close()
+            time.sleep(1.0)
+            left = leftover_processes(marker)
+            result["leftover_processes"] = len(left)
+            for pid in left:  # processes of this run only (the marker is in their environment)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
     lat = sorted(probe.latencies)
 
     def pct(q: float) -> int | None:
@@ -370,4 +380,3 @@ if __name__ == "__main__":  # a quick manual check: python -m bench.latency NAME
         )
     finally:
         broker.stop()
-    _ = Path
