@@ -110,6 +110,10 @@ JVM_DEFAULTS = "processor_api JVM defaults (diagnostic)"
 #: local[3] on the 2-core machine: a Spark task only waits for its task host, so 3 slots let
 #: the 3 task hosts share both cores instead of running in two waves (2 + 1).
 LOCAL3 = "processor_api local[3] (diagnostic)"
+#: Whole-stage code generation off: a micro-batch moves a few rows of offset ranges and state,
+#: so compiling Java for it (Janino, then the JIT) may cost more than it saves.
+NO_WSCG = "processor_api no whole-stage codegen (diagnostic)"
+NO_WSCG_ARGS = ("--spark-conf", "spark.sql.codegen.wholeStage=false")
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
@@ -302,6 +306,7 @@ def contenders(
             BIG_BATCHES: "processor_api_1M_batches",
             JVM_DEFAULTS: "processor_api_jvm_defaults",
             LOCAL3: "processor_api_local3",
+            NO_WSCG: "processor_api_no_wscg",
         }[name]
         if name == BEFORE:
             cmd, env, cwd = (
@@ -434,6 +439,7 @@ def contenders(
             rep, JVM_DEFAULTS, extra_env={"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
         ),
         LOCAL3: lambda rep: processor_api(rep, LOCAL3, ("--master", "local[3]")),
+        NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
@@ -502,6 +508,9 @@ def run_size(
                     processor_api_cmd(
                         "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--master", "local[3]")
                     )
+                ),
+                NO_WSCG: " ".join(
+                    processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", NO_WSCG_ARGS)
                 ),
                 JVM_DEFAULTS: "PROCESSOR_API_DRIVER_JAVA_OPTIONS=' ' "
                 + " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
