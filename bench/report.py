@@ -769,7 +769,8 @@ def issue11_section() -> list[str]:
                 f"### Start-up settings, {size['records']:,} records (one micro-batch), "
                 "alternating",
                 "",
-                f"Command: `{data['command']}`, started {data['started_at']}; {_load_avgs(data)}.",
+                f"Command: `{data['command']}`, started {data['started_at']}; {_load_avgs(data)}. "
+                f"Source: {data.get('machine', {}).get('processor_api source')}.",
                 "",
             ]
             _startup_table(size, body)
