@@ -114,15 +114,6 @@ LOCAL3 = "processor_api local[3] (diagnostic)"
 #: so compiling Java for it (Janino, then the JIT) may cost more than it saves.
 NO_WSCG = "processor_api no whole-stage codegen (diagnostic)"
 NO_WSCG_ARGS = ("--spark-conf", "spark.sql.codegen.wholeStage=false")
-#: The driver JVM with a dynamic AppCDS archive of the classes a run loads (made once by
-#: ``bench/cds_archive.sh``): class loading and verification of Spark's ~10k classes is most of
-#: the JVM's start-up.
-CDS = "processor_api AppCDS (diagnostic)"
-CDS_ARCHIVE = os.environ.get("BENCH_CDS_ARCHIVE", "/tmp/bench-spark-cds.jsa")
-CDS_ENV = {
-    "PROCESSOR_API_DRIVER_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
-    f"-XX:SharedArchiveFile={CDS_ARCHIVE}"
-}
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
@@ -316,7 +307,6 @@ def contenders(
             JVM_DEFAULTS: "processor_api_jvm_defaults",
             LOCAL3: "processor_api_local3",
             NO_WSCG: "processor_api_no_wscg",
-            CDS: "processor_api_appcds",
         }[name]
         if name == BEFORE:
             cmd, env, cwd = (
@@ -450,7 +440,6 @@ def contenders(
         ),
         LOCAL3: lambda rep: processor_api(rep, LOCAL3, ("--master", "local[3]")),
         NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
-        CDS: lambda rep: processor_api(rep, CDS, extra_env=CDS_ENV),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
@@ -520,9 +509,6 @@ def run_size(
                         "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--master", "local[3]")
                     )
                 ),
-                CDS: " ".join(f"{k}='{v}'" for k, v in CDS_ENV.items())
-                + " "
-                + " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
                 NO_WSCG: " ".join(
                     processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", NO_WSCG_ARGS)
                 ),
