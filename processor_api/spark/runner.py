@@ -156,13 +156,45 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
     )
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
-    _launch_jvm_in_own_session()
+    _launch_jvm_in_own_session(_driver_launch_conf(settings))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
 
-def _launch_jvm_in_own_session() -> None:
+#: JVM options of the driver (the executors too with ``local[...]``: one JVM). The JVM no
+#: longer sees a record (tasks read their own input in task hosts): it plans offset ranges,
+#: keeps a few rows of GroupState and schedules Spark tasks, so start-up matters more than
+#: peak JIT code: C1 only (``TieredStopAtLevel=1``) compiles quickly, and the serial collector
+#: starts no GC worker threads on a small machine. ``--spark-conf
+#: spark.driver.extraJavaOptions=...`` replaces these (an empty value: the JVM's defaults);
+#: ``PROCESSOR_API_DRIVER_JAVA_OPTIONS`` does the same from the environment.
+DEFAULT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _driver_launch_conf(settings: RunSettings) -> dict[str, str]:
+    """Settings the driver's JVM must get when it is launched, not from the builder.
+
+    In local mode, ``spark.driver.*`` JVM settings set on the builder come too late (the JVM
+    is already running when the session is built); ``spark-submit --conf`` applies them.
+    """
+    conf = {
+        key: value
+        for key, value in settings.spark_conf.items()
+        if key in ("spark.driver.extraJavaOptions", "spark.driver.memory")
+    }
+    options = conf.get(
+        "spark.driver.extraJavaOptions",
+        os.environ.get("PROCESSOR_API_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS),
+    )
+    if options.strip():
+        conf["spark.driver.extraJavaOptions"] = options
+    else:
+        conf.pop("spark.driver.extraJavaOptions", None)
+    return conf
+
+
+def _launch_jvm_in_own_session(launch_conf: dict[str, str] | None = None) -> None:
     """Start Spark's JVM (from the compiled ``SPARK_HOME``, see spark_home.py) in a session of its own.
 
     ``kill -TERM -<pgid>`` (or systemd's control-group stop) then reaches only this driver
@@ -177,8 +209,13 @@ def _launch_jvm_in_own_session() -> None:
         spark_home = compiled_spark_home()  # workers import a byte-compiled pyspark.zip
         if spark_home:
             os.environ["SPARK_HOME"] = spark_home
+        conf = None
+        if launch_conf:
+            from pyspark import SparkConf
+
+            conf = SparkConf(loadDefaults=False).setAll(list(launch_conf.items()))
         SparkContext._ensure_initialized(
-            gateway=launch_gateway(popen_kwargs={"start_new_session": True})
+            gateway=launch_gateway(conf=conf, popen_kwargs={"start_new_session": True})
         )
 
 
