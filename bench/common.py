@@ -14,7 +14,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,6 +253,155 @@ class RunOutcome:
     log_file: str | None = None
 
 
+#: Environment variable that marks every process of one benchmark run. Spark passes the
+#: driver's environment to its JVM, the JVM to the pyspark daemon and workers, and a worker to
+#: the task hosts it starts (``start_new_session``, reparented to init when the worker exits),
+#: so the marker finds them all where walking the process tree from the run's root would not.
+RUN_MARKER = "BENCH_RUN_MARKER"
+
+
+def _kind_of(cmdline: bytes) -> str:
+    text = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    if "task_host" in text:
+        return "task_hosts"
+    if "pyspark.daemon" in text or "pyspark.worker" in text:
+        return "pyspark_workers"
+    if text.split(" ", 1)[0].endswith("java"):
+        return "jvm"
+    return "driver_and_other"
+
+
+class MemorySampler(threading.Thread):
+    """Samples, every ``interval_s``, the memory of every process of one run: the root process,
+    its descendants, and any process whose environment carries ``RUN_MARKER=<marker>``.
+
+    Records the peak of the summed RSS (shared pages counted in each process, so it over-counts
+    forked pyspark workers) and of the summed PSS (shared pages split between the processes
+    that share them: the memory the run really takes), with the breakdown by kind at the PSS
+    peak, and how many task hosts were seen.
+    """
+
+    def __init__(self, root_pid: int, marker: str, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.root_pid = root_pid
+        self.needle = f"{RUN_MARKER}={marker}".encode()
+        self.interval_s = interval_s
+        self._halt = threading.Event()
+        self._known: dict[int, tuple[bytes, bool]] = {}  # pid -> (stat start time, member)
+        self.peak_rss_kb = 0
+        self.peak_pss_kb = 0
+        self.peak_breakdown_pss_kb: dict[str, int] = {}
+        self.peak_processes = 0
+        self.samples = 0
+        self.kinds_seen: dict[str, set[int]] = {}
+
+    @staticmethod
+    def _read(path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def _members(self) -> list[int]:
+        parents: dict[int, int] = {}
+        members: list[int] = []
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        for pid in pids:
+            stat = self._read(f"/proc/{pid}/stat")
+            if stat is None:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            parents[pid] = int(fields[1])
+            start = fields[19]
+            known = self._known.get(pid)
+            if known is None or known[0] != start:
+                environ = self._read(f"/proc/{pid}/environ") or b""
+                member = pid == self.root_pid or self.needle in environ.split(b"\0")
+                self._known[pid] = (start, member)
+        for pid in parents:
+            member = self._known.get(pid, (b"", False))[1]
+            if not member:  # fall back on the tree: a descendant of the root
+                seen, up = 0, parents.get(pid)
+                while up and up != 1 and seen < 64:
+                    if up == self.root_pid:
+                        member = True
+                        break
+                    up, seen = parents.get(up), seen + 1
+            if member:
+                members.append(pid)
+        return members
+
+    def sample(self) -> None:
+        rss_total = pss_total = 0
+        breakdown: dict[str, int] = {}
+        members = self._members()
+        for pid in members:
+            status = self._read(f"/proc/{pid}/status")
+            rollup = self._read(f"/proc/{pid}/smaps_rollup")
+            if status is None:
+                continue
+            rss = pss = 0
+            for line in status.splitlines():
+                if line.startswith(b"VmRSS:"):
+                    rss = int(line.split()[1])
+                    break
+            for line in (rollup or b"").splitlines():
+                if line.startswith(b"Pss:"):
+                    pss = int(line.split()[1])
+                    break
+            kind = _kind_of(self._read(f"/proc/{pid}/cmdline") or b"")
+            self.kinds_seen.setdefault(kind, set()).add(pid)
+            rss_total += rss
+            pss_total += pss or rss
+            breakdown[kind] = breakdown.get(kind, 0) + (pss or rss)
+        self.samples += 1
+        self.peak_rss_kb = max(self.peak_rss_kb, rss_total)
+        if pss_total > self.peak_pss_kb:
+            self.peak_pss_kb = pss_total
+            self.peak_breakdown_pss_kb = breakdown
+            self.peak_processes = len(members)
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a racing process exit; next sample
+                pass
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> dict[str, Any]:
+        self._halt.set()
+        self.join(timeout=5)
+        return {
+            "peak_pss_mib": round(self.peak_pss_kb / 1024, 1),
+            "peak_rss_sum_mib": round(self.peak_rss_kb / 1024, 1),
+            "peak_pss_by_kind_mib": {
+                k: round(v / 1024, 1) for k, v in sorted(self.peak_breakdown_pss_kb.items())
+            },
+            "processes_at_peak": self.peak_processes,
+            "processes_seen_by_kind": {k: len(v) for k, v in sorted(self.kinds_seen.items())},
+            "samples": self.samples,
+            "interval_s": self.interval_s,
+        }
+
+
+def leftover_processes(marker: str) -> list[int]:
+    """Processes still alive that carry the run's marker (a run should leave none)."""
+    needle = f"{RUN_MARKER}={marker}".encode()
+    left = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    left.append(int(p))
+        except OSError:
+            continue
+    return left
+
+
 def run_command(
     cmd: Sequence[str],
     *,
@@ -258,12 +409,19 @@ def run_command(
     timeout_s: float,
     env: dict[str, str] | None = None,
     cwd: Path = REPO_DIR,
+    memory: dict[str, Any] | None = None,
 ) -> tuple[float, int, str, Path]:
-    """Run ``cmd``; returns (wall seconds, exit code, stdout, path of the stderr log)."""
+    """Run ``cmd``; returns (wall seconds, exit code, stdout, path of the stderr log).
+
+    With ``memory`` (a dict), the run's processes are sampled (:class:`MemorySampler`) and
+    the peaks are put into it, with ``leftover_processes`` still alive 2 s after the end.
+    """
     RAW_DIR.mkdir(parents=True, exist_ok=True)
     log_path = RAW_DIR / f"{label}.log"
-    full_env = {**os.environ, **(env or {})}
+    marker = uuid.uuid4().hex
+    full_env = {**os.environ, **(env or {}), RUN_MARKER: marker}
     started = time.monotonic()
+    sampler = None
     with open(log_path, "w") as err:
         err.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
         err.flush()
@@ -276,15 +434,28 @@ def run_command(
             env=full_env,
             start_new_session=True,
         )
+        if memory is not None:
+            sampler = MemorySampler(proc.pid, marker)
+            sampler.start()
         try:
             out, _ = proc.communicate(timeout=timeout_s)
+            code = proc.returncode
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-            wall = time.monotonic() - started
-            return wall, -9, out or "", log_path
+            code = -9
     wall = time.monotonic() - started
-    return wall, proc.returncode, out or "", log_path
+    if sampler is not None and memory is not None:
+        memory.update(sampler.stop())
+        time.sleep(2.0)
+        left = leftover_processes(marker)
+        memory["leftover_processes"] = len(left)
+        for pid in left:  # do not let one run's processes weigh on the next
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return wall, code, out or "", log_path
 
 
 def last_json_line(text: str) -> dict[str, Any]:

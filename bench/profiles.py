@@ -29,7 +29,9 @@ def py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def profile_command(cmd: Sequence[str], name: str, rate: int = 100) -> list[str]:
+def profile_command(
+    cmd: Sequence[str], name: str, rate: int = 100, idle: bool = False
+) -> list[str]:
     """The command wrapped in ``py-spy record`` (raw collapsed stacks to RAW_DIR/name.txt)."""
     spy = py_spy()
     if spy is None:
@@ -40,6 +42,7 @@ def profile_command(cmd: Sequence[str], name: str, rate: int = 100) -> list[str]
         spy,
         "record",
         "--subprocesses",
+        *(["--idle"] if idle else []),
         "--rate",
         str(rate),
         "--format",
@@ -57,6 +60,8 @@ def flamegraph(name: str) -> Path | None:
 
 
 def process_kind(cmd: str) -> str:
+    if "task_host" in cmd:
+        return "task host"
     if "pyspark.daemon" in cmd or "pyspark/daemon" in cmd:
         return "spark python worker (pyspark.daemon)"
     if "python_streaming_source_runner" in cmd:
@@ -131,12 +136,29 @@ def summarize(path: Path, top: int = 15) -> dict[str, Any]:
     return {"file": str(path), "samples": total, "processes": kinds}
 
 
-def run_profiled(cmd: Sequence[str], name: str, timeout_s: float, rate: int = 100) -> dict:
-    """Run ``cmd`` under py-spy and return the summary (not timed: py-spy slows it down)."""
-    wrapped = profile_command(cmd, name, rate)
+def run_profiled(
+    cmd: Sequence[str],
+    name: str,
+    timeout_s: float,
+    rate: int = 100,
+    idle: bool = False,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """Run ``cmd`` under py-spy and return the summary (not timed: py-spy slows it down).
+
+    ``idle``: also sample threads that wait (where a process spends wall time, not CPU)."""
+    import os
+
+    wrapped = profile_command(cmd, name, rate, idle)
     log(f"  profiling {name} with py-spy")
     with open(RAW_DIR / f"{name}.log", "w") as err:
-        proc = subprocess.run(wrapped, stdout=err, stderr=err, timeout=timeout_s)
+        proc = subprocess.run(
+            wrapped,
+            stdout=err,
+            stderr=err,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
+        )
     summary = summarize(RAW_DIR / f"{name}.txt")
     summary["exit_code"] = proc.returncode
     summary["command"] = " ".join(cmd)

@@ -8,7 +8,8 @@ so it imports nothing from this repository::
 
 ``Application(auto_offset_reset="earliest")`` with its defaults (RocksDB state, changelog
 topics on, at-least-once); ``sdf.apply(count, stateful=True)`` keeps ``count`` per message key;
-``app.run(count=N)`` stops after N outputs. Prints one JSON line. The consumer's
+``app.run(count=N)`` stops after N outputs. Prints one JSON line. With ``--output-topic`` (and
+no ``--records``) it runs until SIGTERM and forwards each new count (the latency benchmark). The consumer's
 ``session.timeout.ms`` is 6 s (see below): Tansu delays a new group's first join by about
 half of it.
 """
@@ -26,7 +27,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--records", type=int, default=0, help="stop after N (0: until SIGTERM)")
+    parser.add_argument(
+        "--output-topic",
+        default=None,
+        help="forward each new count there (bench/latency.py; the input timestamp is kept)",
+    )
     parser.add_argument("--state-dir", required=True)
     parser.add_argument(
         "--timeout",
@@ -61,9 +67,16 @@ def main() -> None:
         processed["n"] += 1
         return total
 
-    app.dataframe(topic).apply(count, stateful=True)  # the app tracks its dataframes
+    counts = app.dataframe(topic).apply(count, stateful=True)  # the app tracks its dataframes
+    if args.output_topic:
+        counts.to_topic(
+            app.topic(args.output_topic, key_serializer="string", value_serializer="json")
+        )
     run_started = time.monotonic()
-    app.run(count=args.records, timeout=args.timeout, collect=False)
+    if args.records:
+        app.run(count=args.records, timeout=args.timeout, collect=False)
+    else:
+        app.run()  # until SIGTERM (bench/latency.py)
     done = time.monotonic()
     first = processed["first"] or done
     print(

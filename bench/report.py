@@ -22,6 +22,8 @@ def _load(name: str) -> tuple[dict[str, Any] | None, str | None]:
             data = json.loads(path.read_text())
             if name == "throughput":  # extra sizes run separately (--suffix), e.g. 20M
                 for extra in sorted(RESULTS_DIR.glob(f"{name}-{mode}-*.json")):
+                    if extra.name in (ISSUE11_THROUGHPUT, ISSUE11_STARTUP):
+                        continue  # their own section (issue 11)
                     more = json.loads(extra.read_text())
                     for size, result in more.get("sizes", {}).items():
                         result["from_file"] = extra.name
@@ -528,8 +530,9 @@ def write_report() -> Path:
     prof, mode = _load("profiles")
     if prof:
         _profiles(prof, mode, body)
+    out += issue11_section()
     out += [
-        "## Targets (ratios measured in the same run)",
+        "## Targets of issue 5 (ratios measured in the same run)",
         "",
         "| target | measured | met? |",
         "|---|---|---|",
@@ -546,3 +549,243 @@ def write_report() -> Path:
     path.write_text("\n".join(out) + "\n")
     log(f"wrote {path}")
     return path
+
+
+# ------------------------------------------------------------------------------- issue 11
+ISSUE11_THROUGHPUT = "throughput-full-issue11.json"
+ISSUE11_STARTUP = "throughput-full-startup.json"
+ISSUE11_LATENCY = ("latency-full.json", "latency-quick.json")
+
+
+def _median(values: list[Any]) -> float | None:
+    import statistics
+
+    values = [v for v in values if isinstance(v, (int, float))]
+    return statistics.median(values) if values else None
+
+
+def _metric(runs: list[dict], *path: str) -> float | None:
+    values = []
+    for run in runs:
+        value: Any = run.get("metrics") or {}
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        values.append(value)
+    return _median(values)
+
+
+def _steady(name: str, runs: list[dict], records: int) -> float | None:
+    if name == "hand_loop":  # the loop's own time: consume + update, no interpreter start
+        return _median([records / r["metrics"]["loop_s"] for r in runs if r.get("metrics")])
+    return _metric(runs, "steady_records_per_s")
+
+
+def _load_avgs(data: dict) -> str:
+    m = data.get("machine", {})
+    start = ", ".join(f"{x:.2f}" for x in m.get("loadavg_at_start", []))
+    end = ", ".join(f"{x:.2f}" for x in m.get("loadavg_at_end", []))
+    return f"load average (1, 5, 15 min) at start {start}; at end {end}"
+
+
+def _throughput_issue11(data: dict, out: list[str], targets: list[dict]) -> None:
+    for size in data["sizes"].values():
+        records = size["records"]
+        out += [
+            f"### Count per key, {records:,} records, end to end",
+            "",
+            f"Command: `{data['command']}`, started {data['started_at']}, "
+            f"{size['reps']} repetitions alternating; {_load_avgs(data)}. Source: "
+            f"{data.get('machine', {}).get('processor_api source')}.",
+            "",
+            "| contender | median wall s (min-max) | wall / processor_api's | "
+            "steady-state records/s (median) | peak memory PSS MiB (RSS sum) | ok |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        pa_wall = size["summary"].get("processor_api", {}).get("wall_s", {}).get("median")
+        steady: dict[str, float | None] = {}
+        for name, s in size["summary"].items():
+            runs = [r for r in size["runs"] if r["contender"] == name and r["ok"]]
+            steady[name] = _steady(name, runs, records)
+            w = s["wall_s"]
+            pss = _metric(runs, "memory", "peak_pss_mib")
+            rss = _metric(runs, "memory", "peak_rss_sum_mib")
+            out.append(
+                f"| {name} | {_fmt(w['median'], 1)} ({_fmt(w['min'], 1)}-{_fmt(w['max'], 1)}) | "
+                f"{_fmt(w['median'] / pa_wall, 2) if pa_wall and w['median'] else 'n/a'} | "
+                f"{_fmt(steady[name])} | {_fmt(pss)} ({_fmt(rss)}) | {s['ok']}/{s['runs']} |"
+            )
+        out += [
+            "",
+            "Steady state: processor_api and its before = records of the micro-batches after",
+            "the first / time from the first to the last `batch_done` (driver log); hand loop =",
+            "records / its consume loop's own time (`loop_s`); Quix Streams = records after its",
+            "first one / time since. Peak memory: every process of the run sampled every 0.25 s",
+            "(`bench/common.py: MemorySampler`: root, descendants and every process carrying the",
+            "run's marker in its environment, which reaches the task hosts Spark's workers start",
+            "in their own sessions); PSS splits shared pages, the RSS sum counts them per process.",
+            "",
+        ]
+        pa_runs = [r for r in size["runs"] if r["contender"] == "processor_api" and r["ok"]]
+        if pa_runs:
+            kinds = pa_runs[0]["metrics"].get("memory", {}).get("peak_pss_by_kind_mib")
+            seen = pa_runs[0]["metrics"].get("memory", {}).get("processes_seen_by_kind")
+            out += [
+                f"processor_api at its peak (rep 1), PSS MiB by kind: {kinds}; "
+                f"processes seen: {seen}.",
+                "",
+            ]
+        hand = size["summary"].get("hand_loop", {}).get("wall_s", {}).get("median")
+        quix = size["summary"].get("quixstreams", {}).get("wall_s", {}).get("median")
+        if records == 2_000_000 and pa_wall:
+            if quix:
+                targets.append(
+                    {
+                        "target": "2M end to end: run-topology time <= Quix Streams'",
+                        "measured": f"{pa_wall:.1f} s vs {quix:.1f} s ({pa_wall / quix:.2f}x)",
+                        "met": pa_wall <= quix,
+                    }
+                )
+            if hand:
+                targets.append(
+                    {
+                        "target": "2M end to end: run-topology <= 1.5x the hand loop's",
+                        "measured": f"{pa_wall:.1f} s vs {hand:.1f} s ({pa_wall / hand:.2f}x)",
+                        "met": pa_wall <= 1.5 * hand,
+                    }
+                )
+            if steady.get("processor_api") and steady.get("hand_loop"):
+                r = steady["processor_api"] / steady["hand_loop"]
+                targets.append(
+                    {
+                        "target": "steady-state throughput >= 1.5x the hand loop's",
+                        "measured": f"{steady['processor_api']:,.0f} vs "
+                        f"{steady['hand_loop']:,.0f} records/s ({r:.2f}x)",
+                        "met": r >= 1.5,
+                    }
+                )
+        _startup_table(size, out)
+
+
+def _startup_table(size: dict, out: list[str]) -> None:
+    names = [n for n in size["summary"] if n.startswith("processor_api")]
+    if not names:
+        return
+    out += [
+        "Start-up (medians; from the run's log: harness start of the process -> "
+        "`query_started` -> first `batch_done`; Spark's `durationMs` of micro-batch 0):",
+        "",
+        "| contender | start -> query_started s | query_started -> first batch done s | "
+        "start -> first batch done s | batch 0 triggerExecution ms | addBatch ms | "
+        "queryPlanning ms | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        runs = [r for r in size["runs"] if r["contender"] == name and r["ok"]]
+        out.append(
+            f"| {name} | {_fmt(_metric(runs, 'start_to_query_started_s'), 2)} | "
+            f"{_fmt(_metric(runs, 'query_started_to_first_batch_s'), 2)} | "
+            f"{_fmt(_metric(runs, 'start_to_first_batch_s'), 2)} | "
+            f"{_fmt(_metric(runs, 'first_batch', 'triggerExecution_ms'))} | "
+            f"{_fmt(_metric(runs, 'first_batch', 'addBatch_ms'))} | "
+            f"{_fmt(_metric(runs, 'first_batch', 'queryPlanning_ms'))} | "
+            f"{_fmt(size['summary'][name]['wall_s']['median'], 1)} |"
+        )
+    out.append("")
+
+
+def _latency_issue11(data: dict, mode: str, out: list[str], targets: list[dict]) -> None:
+    out += [
+        f"### Latency, produce -> output visible ({mode} run)",
+        "",
+        f"Command: `{data['command']}`, started {data['started_at']}; {_load_avgs(data)}. "
+        f"Each run: trickle ({data['trickle_rate']}/s) until the first output, then the rate "
+        f"for {data['settle_s']} s (not measured) and {data['measure_s']} s measured; "
+        f"{data['reps']} repetitions alternating; medians over repetitions of each run's "
+        "percentile. `bench/latency.py` says how.",
+        "",
+        "| rate /s | contender | p50 ms | p90 ms | p99 ms | max ms | missing | ok runs |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    plt = _plt()
+    rates = [str(r) for r in data["rates"]]
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4.2), squeeze=False)
+    best_2000: tuple[str, float] | None = None
+    for i, rate in enumerate(rates):
+        summary = data["summary"].get(rate, {})
+        names = list(summary)
+        p50 = [summary[n]["p50_ms"]["median"] or 0 for n in names]
+        p99 = [summary[n]["p99_ms"]["median"] or 0 for n in names]
+        ax = axes[0][i]
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50")
+        ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([n.replace("processor_api ", "pa\n") for n in names], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (median of runs)")
+        ax.set_title(f"{int(rate):,} records/s")
+        ax.legend(fontsize=7)
+        for name in names:
+            s = summary[name]
+            out.append(
+                f"| {int(rate):,} | {name} | {_fmt(s['p50_ms']['median'])} | "
+                f"{_fmt(s['p90_ms']['median'])} | {_fmt(s['p99_ms']['median'])} | "
+                f"{_fmt(s['max_ms']['median'])} | {_fmt(s['missing']['median'])} | "
+                f"{s['ok']}/{s['runs']} |"
+            )
+            p = s["p99_ms"]["median"]
+            if rate == "2000" and name.startswith("processor_api") and p is not None:
+                if best_2000 is None or p < best_2000[1]:
+                    best_2000 = (name, p)
+    fig.suptitle("Count per key: end-to-end latency at a steady rate")
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / "latency.png", dpi=110)
+    plt.close(fig)
+    out += ["", "![latency](results/latency.png)", ""]
+    out += ["Commands:", ""] + [f"- {n}: `{c}`" for n, c in data["commands"].items()] + [""]
+    if best_2000:
+        targets.append(
+            {
+                "target": "latency at 2,000 records/s: p99 <= 1 s",
+                "measured": f"{best_2000[0]}: p99 {best_2000[1]:,.0f} ms",
+                "met": best_2000[1] <= 1000,
+            }
+        )
+
+
+def issue11_section() -> list[str]:
+    """The issue-11 section: 2M contenders, start-up before/after, latency, memory."""
+    out: list[str] = []
+    targets: list[dict] = []
+    body: list[str] = []
+    path = RESULTS_DIR / ISSUE11_THROUGHPUT
+    if path.exists():
+        _throughput_issue11(json.loads(path.read_text()), body, targets)
+    path = RESULTS_DIR / ISSUE11_STARTUP
+    if path.exists():
+        data = json.loads(path.read_text())
+        for size in data["sizes"].values():
+            body += [
+                f"### Start-up settings, {size['records']:,} records (one micro-batch), "
+                "alternating",
+                "",
+                f"Command: `{data['command']}`, started {data['started_at']}; {_load_avgs(data)}. "
+                f"Source: {data.get('machine', {}).get('processor_api source')}.",
+                "",
+            ]
+            _startup_table(size, body)
+    for name in ISSUE11_LATENCY:
+        path = RESULTS_DIR / name
+        if path.exists():
+            _latency_issue11(
+                json.loads(path.read_text()), name.split("-")[1].split(".")[0], body, targets
+            )
+            break
+    if not body:
+        return []
+    out += ["## Issue 11: tasks that read their own input (long-lived task hosts)", ""]
+    out += ["| target (issue 11) | measured | met? |", "|---|---|---|"]
+    for t in targets:
+        out.append(f"| {t['target']} | {t['measured']} | {'met' if t['met'] else 'MISSED'} |")
+    out.append("")
+    return out + body

@@ -4,7 +4,8 @@ Starts one embedded broker, runs the benchmarks of issue #5 with the sizes of th
 ``bench/results/<benchmark>-<mode>.json`` (each with the machine and the command) and
 regenerates ``bench/RESULTS.md`` and the plots from every result file present.
 
-``--only throughput,punctuation,restore`` runs a subset; ``--profile`` (default with --full)
+``--only throughput,punctuation,restore,latency`` runs a subset (latency: ``bench/latency.py``,
+issue 11); ``--profile`` (default with --full)
 also records py-spy profiles (not timed) into ``bench/results/profiles-<mode>.json``.
 """
 
@@ -33,6 +34,10 @@ MODES: dict[str, dict[str, Any]] = {
         "lag_rate": 2000,
         "restore_entries": 100_000,
         "restore_reps": 3,
+        "latency_rates": [2000, 20000],
+        "latency_reps": 1,
+        "latency_settle_s": 3,
+        "latency_measure_s": 15,
         "profile": False,
         # the issue's four contenders; the diagnostic ones only run with --full
         "throughput_contenders": [
@@ -56,6 +61,10 @@ MODES: dict[str, dict[str, Any]] = {
         "lag_rate": 2000,
         "restore_entries": 1_000_000,
         "restore_reps": 3,
+        "latency_rates": [2000, 20000],
+        "latency_reps": 3,
+        "latency_settle_s": 5,
+        "latency_measure_s": 30,
         "profile": True,
     },
 }
@@ -103,8 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="throughput,punctuation,restore",
-        help="comma-separated subset of throughput,punctuation,restore",
+        help="comma-separated subset of throughput,punctuation,restore,latency "
+        "(latency is not in the default set: add it)",
     )
+    parser.add_argument(
+        "--latency-contenders",
+        default=None,
+        help="latency contenders subset, e.g. 'processor_api trigger=0.5s,hand_loop' "
+        "(processor_api alone: every trigger)",
+    )
+    parser.add_argument("--latency-reps", type=int, default=None)
+    parser.add_argument("--latency-rates", default=None, help="e.g. 2000,20000")
+    parser.add_argument("--latency-measure", type=float, default=None, help="seconds")
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -143,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         config["throughput_sizes"] = [int(x) for x in args.throughput_sizes.split(",")]
     if args.reps:
         config["throughput_reps"] = args.reps
+    if args.latency_reps:
+        config["latency_reps"] = args.latency_reps
+    if args.latency_rates:
+        config["latency_rates"] = [int(x) for x in args.latency_rates.split(",")]
+    if args.latency_measure:
+        config["latency_measure_s"] = args.latency_measure
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     tag = f"{mode}{args.suffix}"
     include = set(args.contenders.split(",")) if args.contenders else None
@@ -238,6 +263,25 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 )
             write_result(f"punctuation-{tag}", _envelope(mode, config, started, body))
+
+        if "latency" in only:
+            from bench import latency
+
+            started = time.time()
+            latency_include = (
+                {x.strip() for x in args.latency_contenders.split(",")}
+                if args.latency_contenders
+                else None
+            )
+            body = latency.run(
+                broker,
+                config["latency_rates"],
+                config["latency_reps"],
+                config["latency_settle_s"],
+                config["latency_measure_s"],
+                include=latency_include,
+            )
+            write_result(f"latency-{tag}", _envelope(mode, config, started, body))
 
         if "restore" in only:
             from bench import restore

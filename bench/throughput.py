@@ -20,6 +20,7 @@ import json
 import math
 import os
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,15 @@ def processor_api_cmd(
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
 BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
+#: The driver JVM with the JVM's own defaults (C2, G1) instead of the runner's start-up options.
+JVM_DEFAULTS = "processor_api JVM defaults (diagnostic)"
+#: local[3] on the 2-core machine: a Spark task only waits for its task host, so 3 slots let
+#: the 3 task hosts share both cores instead of running in two waves (2 + 1).
+LOCAL3 = "processor_api local[3] (diagnostic)"
+#: Whole-stage code generation off: a micro-batch moves a few rows of offset ranges and state,
+#: so compiling Java for it (Janino, then the JIT) may cost more than it saves.
+NO_WSCG = "processor_api no whole-stage codegen (diagnostic)"
+NO_WSCG_ARGS = ("--spark-conf", "spark.sql.codegen.wholeStage=false")
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
@@ -198,28 +208,75 @@ def _verify_processor_api(state_dir: str, app_id: str, records: int) -> dict[str
     return {"keys": len(counts), "sum_counts": sum(counts.values())}
 
 
-def _phase_times(log_path: Path) -> dict[str, Any]:
-    """Seconds from process start to query start and to the end, from the run's own log."""
+def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str, Any]:
+    """Where a run-topology run's time went, from the run's own log.
+
+    * ``start_to_query_started_s``/``start_to_first_batch_s``: from the process start (the
+      harness' clock) to ``query_started`` and to the first ``batch_done`` with records;
+    * ``planned_to_query_started_s``, ``query_started_to_first_batch_s``,
+      ``query_started_to_finished_s``;
+    * ``first_batch``: Spark's ``durationMs`` of micro-batch 0 (``spark_batch_timings``);
+    * ``steady_records_per_s``: records of the batches after the first / time between the
+      first and the last ``batch_done`` (the first batch's start-up excluded);
+    * ``batches``: (records, seconds since the previous batch_done) per batch.
+    """
     import re
     from datetime import datetime
 
+    def epoch(text: str) -> float:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
     stamps: dict[str, float] = {}
+    batches: list[tuple[float, int]] = []
+    timings: dict[int, dict[str, int]] = {}
     pattern = re.compile(r"timestamp='([^']+)' level='\w+' event='(\w+)'")
     for line in log_path.read_text(errors="replace").splitlines():
         match = pattern.search(line)
-        if match and match.group(2) not in stamps:
-            stamps[match.group(2)] = datetime.fromisoformat(
-                match.group(1).replace("Z", "+00:00")
-            ).timestamp()
+        if not match:
+            continue
+        event, stamp = match.group(2), epoch(match.group(1))
+        if event not in stamps:
+            stamps[event] = stamp
+        if event == "batch_done":
+            records = re.search(r" records=(\d+)", line)
+            if records and int(records.group(1)) > 0:
+                batches.append((stamp, int(records.group(1))))
+        elif event == "spark_batch_timings":
+            batch = re.search(r" batch=(\d+)", line)
+            if batch and int(batch.group(1)) not in timings:
+                timings[int(batch.group(1))] = {
+                    k: int(v) for k, v in re.findall(r" (\w+_ms)=(\d+)", line)
+                }
     out: dict[str, Any] = {}
     if "topology_planned" in stamps and "query_started" in stamps:
         out["planned_to_query_started_s"] = round(
             stamps["query_started"] - stamps["topology_planned"], 2
         )
+    if started_epoch is not None:
+        if "query_started" in stamps:
+            out["start_to_query_started_s"] = round(stamps["query_started"] - started_epoch, 2)
+        if batches:
+            out["start_to_first_batch_s"] = round(batches[0][0] - started_epoch, 2)
+    if batches and "query_started" in stamps:
+        out["query_started_to_first_batch_s"] = round(batches[0][0] - stamps["query_started"], 2)
     if "query_started" in stamps and "run_finished" in stamps:
         out["query_started_to_finished_s"] = round(
             stamps["run_finished"] - stamps["query_started"], 2
         )
+    if 0 in timings:
+        out["first_batch"] = timings[0]
+    if len(batches) >= 2:
+        span = batches[-1][0] - batches[0][0]
+        steady = sum(r for _, r in batches[1:])
+        out["steady_records_per_s"] = round(steady / span) if span > 0 else None
+        out["steady_batches"] = len(batches) - 1
+    out["batches"] = [
+        (
+            records,
+            round(stamp - (batches[i - 1][0] if i else stamps.get("query_started", stamp)), 2),
+        )
+        for i, (stamp, records) in enumerate(batches)
+    ]
     return out
 
 
@@ -235,7 +292,10 @@ def contenders(
     bootstrap = broker.bootstrap
 
     def processor_api(
-        rep: int, name: str = "processor_api", extra: tuple[str, ...] = ()
+        rep: int,
+        name: str = "processor_api",
+        extra: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None,
     ) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
@@ -244,6 +304,9 @@ def contenders(
             BEFORE: "processor_api_before",
             CACHING: "processor_api_caching",
             BIG_BATCHES: "processor_api_1M_batches",
+            JVM_DEFAULTS: "processor_api_jvm_defaults",
+            LOCAL3: "processor_api_local3",
+            NO_WSCG: "processor_api_no_wscg",
         }[name]
         if name == BEFORE:
             cmd, env, cwd = (
@@ -254,17 +317,25 @@ def contenders(
         else:
             cmd, env, cwd = (
                 processor_api_cmd(bootstrap, topic, state_dir, app_id, extra),
-                None,
+                extra_env,
                 REPO_DIR,
             )
+        memory: dict[str, Any] = {}
+        started_epoch = time.time()
         wall, code, out, log_path = run_command(
-            cmd, label=f"throughput-{tag}-{label}-{rep}", timeout_s=timeout_s, env=env, cwd=cwd
+            cmd,
+            label=f"throughput-{tag}-{label}-{rep}",
+            timeout_s=timeout_s,
+            env=env,
+            cwd=cwd,
+            memory=memory,
         )
         metrics: dict[str, Any] = {}
         error = None
         if code == 0:
             metrics = _verify_processor_api(state_dir, app_id, records)
-            metrics.update(_phase_times(log_path))
+            metrics.update(_phase_times(log_path, started_epoch))
+            metrics["memory"] = memory
             if metrics["sum_counts"] != records or metrics["keys"] != KEYS:
                 error = f"wrong counts: {metrics}"
         else:
@@ -273,12 +344,15 @@ def contenders(
 
     def hand_loop(rep: int) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-hand-")
+        memory: dict[str, Any] = {}
         wall, code, out, log_path = run_command(
             hand_loop_cmd(bootstrap, topic, records, state_dir),
             label=f"throughput-{tag}-hand_loop-{rep}",
             timeout_s=timeout_s,
+            memory=memory,
         )
         metrics = last_json_line(out)
+        metrics["memory"] = memory
         ok = code == 0 and metrics.get("sum_counts") == records and metrics.get("keys") == KEYS
         return RunOutcome(
             "hand_loop",
@@ -292,12 +366,15 @@ def contenders(
 
     def quixstreams(rep: int) -> RunOutcome:
         state_dir = tempfile.mkdtemp(prefix="bench-quix-")
+        memory: dict[str, Any] = {}
         wall, code, out, log_path = run_command(
             quix_cmd(bootstrap, topic, records, state_dir),
             label=f"throughput-{tag}-quixstreams-{rep}",
             timeout_s=timeout_s,
+            memory=memory,
         )
         metrics = last_json_line(out)
+        metrics["memory"] = memory
         ok = code == 0 and metrics.get("records") == records
         return RunOutcome(
             "quixstreams",
@@ -311,13 +388,16 @@ def contenders(
 
     def tws(rep: int) -> RunOutcome:
         checkpoint = tempfile.mkdtemp(prefix="bench-tws-")
+        memory: dict[str, Any] = {}
         wall, code, out, log_path = run_command(
             tws_cmd(bootstrap, topic, records, ends, checkpoint + "/cp"),
             label=f"throughput-{tag}-tws-{rep}",
             timeout_s=timeout_s,
             env=tws_env(),
+            memory=memory,
         )
         metrics = last_json_line(out)
+        metrics["memory"] = memory
         ok = code == 0 and metrics.get("records") == records
         return RunOutcome(
             "transformWithStateInPandas",
@@ -330,12 +410,15 @@ def contenders(
         )
 
     def engine(rep: int) -> RunOutcome:
+        memory: dict[str, Any] = {}
         wall, code, out, log_path = run_command(
             engine_cmd(bootstrap, topic, records),
             label=f"throughput-{tag}-engine-{rep}",
             timeout_s=timeout_s,
+            memory=memory,
         )
         metrics = last_json_line(out)
+        metrics["memory"] = memory
         ok = code == 0 and metrics.get("records") == records
         return RunOutcome(
             ENGINE, rep, wall, ok, metrics, None if ok else f"exit {code}: {metrics}", str(log_path)
@@ -352,6 +435,11 @@ def contenders(
         BIG_BATCHES: lambda rep: processor_api(
             rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")
         ),
+        JVM_DEFAULTS: lambda rep: processor_api(
+            rep, JVM_DEFAULTS, extra_env={"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
+        ),
+        LOCAL3: lambda rep: processor_api(rep, LOCAL3, ("--master", "local[3]")),
+        NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
@@ -416,6 +504,16 @@ def run_size(
                         "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--topology-arg", "caching=true")
                     )
                 ),
+                LOCAL3: " ".join(
+                    processor_api_cmd(
+                        "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--master", "local[3]")
+                    )
+                ),
+                NO_WSCG: " ".join(
+                    processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", NO_WSCG_ARGS)
+                ),
+                JVM_DEFAULTS: "PROCESSOR_API_DRIVER_JAVA_OPTIONS=' ' "
+                + " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
                 BIG_BATCHES: " ".join(
                     processor_api_cmd(
                         "BOOTSTRAP",

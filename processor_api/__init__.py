@@ -12,6 +12,12 @@ from processor_api.errors import (
     StreamsError,
     TopologyError,
 )
+from processor_api.handlers import (
+    DeadLetterRecord,
+    ErrorHandlerContext,
+    HandlerResponse,
+    HandlerResult,
+)
 from processor_api.processor import (
     Cancellable,
     Processor,
@@ -21,14 +27,38 @@ from processor_api.processor import (
     RecordMetadata,
 )
 from processor_api.serdes import Serde, Serdes, SerializationError
-from processor_api.state import KeyValue, KeyValueStore, StoreBuilder, Stores
+from processor_api.state import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    KeyValue,
+    KeyValueStore,
+    SessionStore,
+    SessionWindow,
+    StoreBuilder,
+    Stores,
+    TimestampedKeyValueStore,
+    TimestampedWindowStore,
+    TimeWindow,
+    ValueAndTimestamp,
+    VersionedKeyValueStore,
+    VersionedRecord,
+    Windowed,
+    WindowStore,
+    WindowStoreIterator,
+)
 from processor_api.topology import Topology, TopologyDescription
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PUT_RETURN_CODE_NOT_PUT",
+    "PUT_RETURN_CODE_VALID_TO_UNDEFINED",
     "Cancellable",
     "ConfigError",
+    "DeadLetterRecord",
+    "ErrorHandlerContext",
+    "HandlerResponse",
+    "HandlerResult",
     "KeyValue",
     "KeyValueStore",
     "ProcessingError",
@@ -47,4 +77,15 @@ __all__ = [
     "Topology",
     "TopologyDescription",
     "TopologyError",
+    "SessionStore",
+    "SessionWindow",
+    "TimeWindow",
+    "TimestampedKeyValueStore",
+    "TimestampedWindowStore",
+    "ValueAndTimestamp",
+    "VersionedKeyValueStore",
+    "VersionedRecord",
+    "WindowStore",
+    "WindowStoreIterator",
+    "Windowed",
 ]

@@ -14,8 +14,14 @@ from enum import Enum
 from typing import Any
 
 from processor_api.errors import ConfigError
+from processor_api.handlers import resolve_handler
 
-HANDLERS = ("log_and_fail", "log_and_continue")
+HANDLERS = ("log_and_fail", "log_and_continue")  # built-ins; "module:callable" names others
+HANDLER_KEYS = (
+    "deserialization_exception_handler",
+    "processing_exception_handler",
+    "production_exception_handler",
+)
 
 
 class ProcessingGuarantee(str, Enum):
@@ -41,7 +47,7 @@ def normalize_key(key: str) -> str:
 
 #: Known keys that are not fields of :class:`StreamsConfig` (yet): accepted, kept in ``extra``
 #: and handed to the engine as they are.
-EXTRA_KEYS = frozenset({"production_exception_handler"})
+EXTRA_KEYS: frozenset[str] = frozenset()
 
 #: Kafka Streams' names (normalized) of the keys above; ``default.`` prefixes are accepted too.
 ALIASES = {
@@ -91,6 +97,7 @@ class StreamsConfig:
     application_id: str = "processor-api-app"
     deserialization_exception_handler: str = "log_and_fail"
     processing_exception_handler: str = "log_and_fail"
+    production_exception_handler: str = "log_and_fail"
     dead_letter_topic: str | None = None
     processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
     extra: dict[str, str] = field(default_factory=dict)
@@ -118,10 +125,8 @@ class StreamsConfig:
         return result
 
     def validate(self) -> None:
-        for name in ("deserialization_exception_handler", "processing_exception_handler"):
-            value = getattr(self, name)
-            if value not in HANDLERS:
-                raise ConfigError(f"{name} must be one of {HANDLERS}, got {value!r}")
+        for name in HANDLER_KEYS:
+            resolve_handler(name, getattr(self, name))  # ConfigError naming key and value
         if self.processing_guarantee not in GUARANTEES:
             raise ConfigError(
                 f"processing_guarantee must be one of {GUARANTEES}, "

@@ -1,15 +1,10 @@
-"""Kafka side of a running task: producing outputs and changelogs, replaying changelogs."""
+"""Kafka side of a running task: producing its outputs and its changelog records."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-from processor_api.errors import StreamsError
-from processor_api.kafka.admin import client_config, topic_partitions
+from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.producer import DeliveryTracker
 from processor_api.logging import get_logger
@@ -67,112 +62,24 @@ class KafkaCollector:
             self._partition_counts[topic] = count
         return count
 
-    def send_changes(self, topic: str, partition: int, changes: list[ChangeRecord]) -> int:
+    def send_changes(
+        self, topic: str, partition: int, changes: list[ChangeRecord], *, versioned: bool = False
+    ) -> int:
         """Log a batch's store changes to partition ``partition`` of a changelog topic.
 
         Only the last change of each key in the batch is sent: the batch is committed as a
         whole, so a restore ends in the same state, and compaction would drop the earlier
-        values anyway. Returns how many records were sent.
+        values anyway. For a ``versioned`` store the record timestamp is the version, so the
+        last change of each (key, timestamp) is sent. Returns how many records were sent.
         """
-        latest: dict[bytes, ChangeRecord] = {}
+        latest: dict[object, ChangeRecord] = {}
         for change in changes:
-            latest.pop(change.key, None)  # re-insert: keep the order of last writes
-            latest[change.key] = change
+            ident = (change.key, change.timestamp) if versioned else change.key
+            latest.pop(ident, None)  # re-insert: keep the order of last writes
+            latest[ident] = change
         self.tracker.produce_many(
             topic,
             partition,
             [(change.key, change.value, change.timestamp) for change in latest.values()],
         )
         return len(latest)
-
-
-def read_changelog(
-    bootstrap_servers: str,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    apply_batch: Callable[[list[tuple[bytes, bytes | None]]], None],
-    *,
-    isolation_level: str = "read_committed",
-    kafka: KafkaClientConfig | None = None,
-) -> int:
-    """Replay offsets ``[start, end)`` of one changelog partition into ``apply_batch``.
-
-    Records are handed over in batches (bulk store writes). Progress is logged every few
-    seconds with the record count and rate. Offsets that are transaction markers are never
-    delivered, so the replay ends once the consumer position reaches ``end``.
-    """
-    if end <= start:
-        return 0
-    consumer = Consumer(
-        client_config(
-            bootstrap_servers,
-            "restore",
-            role="consumer",
-            kafka=kafka,
-            defaults={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
-            **{
-                "group.id": f"processor-api-restore-{topic}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": isolation_level,
-                "auto.offset.reset": "earliest",
-            },
-        )
-    )
-    count = 0
-    started = last_report = last_progress = time.monotonic()
-    position = start
-    try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        batch: list[tuple[bytes, bytes | None]] = []
-        while position < end:
-            messages = consumer.consume(RESTORE_BATCH, timeout=0.5)
-            now = time.monotonic()
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == error._PARTITION_EOF:
-                        continue
-                    raise StreamsError(
-                        f"restore of {topic}[{partition}] failed at offset {position}: {error}"
-                    )
-                offset = message.offset()
-                if offset >= end:
-                    position = end
-                    break
-                batch.append((message.key(), message.value()))
-                position = offset + 1
-            if batch:
-                apply_batch(batch)
-                count += len(batch)
-                batch = []
-                last_progress = now
-            if position < end:
-                try:
-                    (current,) = consumer.position([TopicPartition(topic, partition)])
-                    if current.offset >= end:
-                        position = end  # the rest are transaction markers
-                except KafkaException:
-                    pass
-            if now - last_report >= PROGRESS_EVERY_S:
-                elapsed = now - started
-                _log.info(
-                    "restore_progress",
-                    topic=topic,
-                    partition=partition,
-                    records=count,
-                    offset=position,
-                    end_offset=end,
-                    rate_per_s=round(count / elapsed),
-                )
-                last_report = now
-            if position < end and now - last_progress > RESTORE_STALL_TIMEOUT_S:
-                raise StreamsError(
-                    f"restore of {topic}[{partition}] stalled at offset {position} "
-                    f"(target {end}) for {RESTORE_STALL_TIMEOUT_S:g}s"
-                )
-    finally:
-        consumer.close()
-    return count

@@ -20,20 +20,19 @@ task since, which ``.txn-owner`` in the task directory records under the task lo
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from processor_api.errors import StreamsError
-from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import transactional_id
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
+from processor_api.kafka.reader import bounded_consumer, read_bounded
 from processor_api.logging import get_logger
 
 _log = get_logger("processor_api.transactions")
@@ -163,52 +162,34 @@ def read_latest_marker(
     end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
     if end <= start:
         return None
-    consumer = Consumer(
-        client_config(
-            bootstrap_servers,
-            "marker-reader",
-            role="consumer",
-            kafka=kafka,
-            **{
-                "group.id": f"processor-api-markers-{task_id}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            },
-        )
+    consumer = bounded_consumer(
+        bootstrap_servers,
+        "marker-reader",
+        isolation_level="read_committed",
+        fail_on_data_loss=False,
+        kafka=kafka,
     )
     latest: CommitMarker | None = None
     key = task_id.encode()
     try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        position = start
-        deadline = time.monotonic() + MARKER_READ_TIMEOUT_S
-        while position < end:
-            if time.monotonic() > deadline:
-                raise StreamsError(
-                    f"reading commit markers of task {task_id} from {topic}[{partition}] "
-                    f"stalled at offset {position} (end {end})"
+        for messages in read_bounded(
+            consumer,
+            topic,
+            partition,
+            start,
+            end,
+            stall_timeout_s=MARKER_READ_TIMEOUT_S,
+            source=bootstrap_servers,
+        ):
+            for message in messages:
+                if message.key() != key:
+                    continue
+                data = json.loads(message.value())
+                latest = CommitMarker(
+                    offset=message.offset(),
+                    sequence=int(data["sequence"]),
+                    metadata_json=json.dumps(data["metadata"]),
                 )
-            message = consumer.poll(0.5)
-            if message is None:
-                (current,) = consumer.position([TopicPartition(topic, partition)])
-                if current.offset >= end:
-                    break
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break
-                raise StreamsError(f"reading commit markers from {topic}[{partition}]: {error}")
-            position = message.offset() + 1
-            if message.key() != key:
-                continue
-            data = json.loads(message.value())
-            latest = CommitMarker(
-                offset=message.offset(),
-                sequence=int(data["sequence"]),
-                metadata_json=json.dumps(data["metadata"]),
-            )
     finally:
         consumer.close()
     return latest

@@ -10,22 +10,30 @@ Both strategies see the same life of a batch (Kafka Streams' ``StreamsProducer``
     metadata = guarantee.commit(metadata)      # the batch is durable from here on
     # on any failure before that: guarantee.abandon()
 
-* :class:`AtLeastOnce`: durable = acknowledged. A batch re-run after a crash re-sends.
+Both write a **commit marker** per task and batch to ``<application.id>-task-commits`` (task
+``i`` on partition ``i``) carrying the task's metadata after the batch, and commit the task's
+input positions to the consumer group ``<application.id>``. A marker newer than the state Spark
+hands back (the batch was made durable, its Spark commit was not: a crash in between, or the
+Spark checkpoint was lost) is adopted by :meth:`recover`, so the records it covered are not
+processed again and the stores are brought to the marker's changelog offsets.
+
+* :class:`AtLeastOnce`: durable = acknowledged; the marker is sent once the batch's records
+  are acknowledged. A batch re-run after a crash before its marker re-sends.
 * :class:`ExactlyOnce`: the batch's outputs, changelog records and a commit marker carrying
   the new task metadata form one Kafka transaction. A transactional producer per task (id
-  ``<application.id>-<task>``) fences any older incarnation of the task when it starts; a
-  committed marker newer than the state Spark hands back (a transaction committed, its Spark
-  batch not) is adopted by :meth:`ExactlyOnce.recover`, so records it covered are skipped.
+  ``<application.id>-<task>``) fences any older incarnation of the task when it starts; the
+  input offsets go into the transaction too (``send_offsets_to_transaction``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from processor_api.engine.metadata import CommitState, TaskMetadata
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.group import GroupCommitter, to_topic_partitions
 from processor_api.kafka.names import commit_marker_topic, transactional_id
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.kafka.transactions import (
@@ -55,8 +63,8 @@ class Guarantee(Protocol):
     def flush(self) -> None:
         """Wait until every record sent in this batch is acknowledged (or raise)."""
 
-    def commit(self, metadata: TaskMetadata) -> TaskMetadata:
-        """Make the batch durable; returns the metadata to hand to Spark."""
+    def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
+        """Make the batch durable with its input ``offsets``; returns the metadata for Spark."""
 
     def abandon(self) -> None:
         """After a failure: undo what can be undone and forget the producer."""
@@ -65,23 +73,116 @@ class Guarantee(Protocol):
         """The task is dropped."""
 
 
+@dataclass(frozen=True)
+class TaskCommitSettings:
+    """What a guarantee needs to know of the task it makes durable."""
+
+    bootstrap_servers: str
+    producer_config: dict
+    flush_timeout_s: float
+    application_id: str
+    task_id: str
+    marker_partition: int  # the task's partition of the commit marker topic
+    directory: Path  # the task's state directory
+    kafka: KafkaClientConfig | None = None  # the user's Kafka client settings
+
+
+class CommitLog:
+    """A task's commit markers: one record per durable batch, keyed by the task id."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        application_id: str,
+        task_id: str,
+        partition: int,
+        kafka: KafkaClientConfig | None = None,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._kafka = kafka
+        self._task_id = task_id
+        self.topic = commit_marker_topic(application_id)
+        self.partition = partition
+        self._log = get_logger("processor_api.guarantee", task=task_id)
+
+    def newer(self, metadata: TaskMetadata) -> TaskMetadata:
+        """The metadata of the last marker after ``metadata``'s, or ``metadata`` itself."""
+        marker = read_latest_marker(
+            self._bootstrap,
+            self.topic,
+            self.partition,
+            metadata.commit.marker_end,
+            self._task_id,
+            kafka=self._kafka,
+        )
+        if marker is None or marker.sequence <= metadata.commit.sequence:
+            return metadata
+        adopted = TaskMetadata.from_json(marker.metadata_json)
+        adopted.commit = CommitState(marker.sequence, marker.offset + 1)
+        self._log.warning(
+            "committed_batch_adopted",
+            sequence=marker.sequence,
+            state_sequence=metadata.commit.sequence,
+            positions=adopted.input_positions,
+            detail="a batch was made durable but Spark did not commit it (a crash, or a lost "
+            "checkpoint): the records it processed are not processed again",
+        )
+        return adopted
+
+    def send(self, tracker: DeliveryTracker, metadata: TaskMetadata) -> TaskMetadata:
+        """Send the next marker for ``metadata`` (not waited for); returns it numbered."""
+        sequence = metadata.commit.sequence + 1
+        marked = replace(metadata, commit=CommitState(sequence, 0))
+        tracker.produce(
+            self.topic,
+            self._task_id.encode(),
+            marker_value(sequence, marked.to_json()),
+            partition=self.partition,
+        )
+        return marked
+
+    def end_after_ack(self, tracker: DeliveryTracker) -> int:
+        """The offset after the acknowledged marker."""
+        return tracker.acked_end_offsets()[(self.topic, self.partition)]
+
+
+def _commit_log(settings: TaskCommitSettings) -> CommitLog:
+    return CommitLog(
+        settings.bootstrap_servers,
+        settings.application_id,
+        settings.task_id,
+        settings.marker_partition,
+        settings.kafka,
+    )
+
+
+def _group_committer(settings: TaskCommitSettings) -> GroupCommitter:
+    return GroupCommitter(
+        settings.bootstrap_servers,
+        settings.application_id,
+        f"group-{settings.task_id}",
+        kafka=settings.kafka,
+    )
+
+
+def make_guarantee(exactly_once: bool, settings: TaskCommitSettings) -> Guarantee:
+    """The strategy for the configured processing guarantee."""
+    return ExactlyOnce(settings) if exactly_once else AtLeastOnce(settings)
+
+
 class AtLeastOnce:
     """Durable once acknowledged: a re-run batch may send its records again."""
 
     isolation_level = "read_uncommitted"
 
-    def __init__(
-        self,
-        bootstrap_servers: str,
-        producer_config: dict,
-        flush_timeout_s: float,
-        kafka: KafkaClientConfig | None = None,
-    ) -> None:
-        self._bootstrap = bootstrap_servers
-        self._config = producer_config
-        self._kafka = kafka
-        self._flush_timeout_s = flush_timeout_s
+    def __init__(self, settings: TaskCommitSettings) -> None:
+        self._bootstrap = settings.bootstrap_servers
+        self._config = settings.producer_config
+        self._kafka = settings.kafka
+        self._flush_timeout_s = settings.flush_timeout_s
         self._tracker: DeliveryTracker | None = None
+        self._markers = _commit_log(settings)
+        self._group = _group_committer(settings)
 
     @property
     def producer(self) -> DeliveryTracker:
@@ -92,7 +193,7 @@ class AtLeastOnce:
         return self._tracker
 
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
-        return metadata
+        return self._markers.newer(metadata)
 
     def begin(self) -> None:
         self.producer.reset()
@@ -100,13 +201,25 @@ class AtLeastOnce:
     def flush(self) -> None:
         self.producer.flush_and_check(self._flush_timeout_s)
 
-    def commit(self, metadata: TaskMetadata) -> TaskMetadata:
-        return metadata
+    def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
+        """The batch's records are acknowledged: send its marker, then commit the offsets."""
+        tracker = self.producer
+        marked = self._markers.send(tracker, metadata)
+        tracker.flush_and_check(self._flush_timeout_s)
+        committed = replace(
+            marked, commit=CommitState(marked.commit.sequence, self._markers.end_after_ack(tracker))
+        )
+        self._group.commit(offsets)
+        return committed
 
     def abandon(self) -> None:
-        self.close()
+        self._drop_producer()
 
     def close(self) -> None:
+        self._drop_producer()
+        self._group.close()
+
+    def _drop_producer(self) -> None:
         if self._tracker is not None:
             try:
                 self._tracker.producer.purge()
@@ -121,30 +234,20 @@ class ExactlyOnce:
 
     isolation_level = "read_committed"
 
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str,
-        producer_config: dict,
-        flush_timeout_s: float,
-        application_id: str,
-        task_id: str,
-        marker_partition: int,
-        directory: Path,
-        kafka: KafkaClientConfig | None = None,
-    ) -> None:
-        self._bootstrap = bootstrap_servers
-        self._flush_timeout_s = flush_timeout_s
-        self._app = application_id
-        self._task_id = task_id
-        self._txn_id = transactional_id(application_id, task_id)
-        self._marker_topic = commit_marker_topic(application_id)
-        self._marker_partition = marker_partition
-        self._directory = directory
-        self._kafka = kafka
-        self._producers = TransactionalProducers(bootstrap_servers, producer_config, kafka=kafka)
+    def __init__(self, settings: TaskCommitSettings) -> None:
+        self._bootstrap = settings.bootstrap_servers
+        self._flush_timeout_s = settings.flush_timeout_s
+        self._app = settings.application_id
+        self._task_id = settings.task_id
+        self._txn_id = transactional_id(settings.application_id, settings.task_id)
+        self._directory = settings.directory
+        self._markers = _commit_log(settings)
+        self._group = _group_committer(settings)
+        self._producers = TransactionalProducers(
+            settings.bootstrap_servers, settings.producer_config, kafka=settings.kafka
+        )
         self._in_transaction = False
-        self._log = get_logger("processor_api.guarantee", task=task_id)
+        self._log = get_logger("processor_api.guarantee", task=settings.task_id)
 
     @property
     def producer(self) -> DeliveryTracker:
@@ -153,27 +256,7 @@ class ExactlyOnce:
         return self._producers.for_task(self._app, self._task_id, self._directory)
 
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
-        marker = read_latest_marker(
-            self._bootstrap,
-            self._marker_topic,
-            self._marker_partition,
-            metadata.commit.marker_end,
-            self._task_id,
-            kafka=self._kafka,
-        )
-        if marker is None or marker.sequence <= metadata.commit.sequence:
-            return metadata
-        adopted = TaskMetadata.from_json(marker.metadata_json)
-        adopted.commit = CommitState(marker.sequence, marker.offset + 1)
-        self._log.warning(
-            "committed_transaction_adopted",
-            sequence=marker.sequence,
-            state_sequence=metadata.commit.sequence,
-            positions=adopted.input_positions,
-            detail="the last batch committed its transaction but not its Spark state: "
-            "records it processed are skipped",
-        )
-        return adopted
+        return self._markers.newer(metadata)
 
     def begin(self) -> None:
         tracker = self.producer
@@ -187,19 +270,24 @@ class ExactlyOnce:
     def flush(self) -> None:
         self.producer.flush_and_check(self._flush_timeout_s)
 
-    def commit(self, metadata: TaskMetadata) -> TaskMetadata:
-        """Add the commit marker (the new metadata) to the transaction and commit it."""
+    def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
+        """Add the commit marker and the input offsets to the transaction and commit it."""
         tracker = self.producer
-        sequence = metadata.commit.sequence + 1
-        marked = replace(metadata, commit=CommitState(sequence, 0))
-        tracker.produce(
-            self._marker_topic,
-            self._task_id.encode(),
-            marker_value(sequence, marked.to_json()),
-            partition=self._marker_partition,
-        )
+        marked = self._markers.send(tracker, metadata)
         tracker.flush_and_check(self._flush_timeout_s)
-        marker_end = tracker.acked_end_offsets()[(self._marker_topic, self._marker_partition)]
+        marker_end = self._markers.end_after_ack(tracker)
+        if offsets:
+            transaction_step(
+                "send_offsets_to_transaction",
+                self._txn_id,
+                self._bootstrap,
+                self._flush_timeout_s,
+                lambda: tracker.producer.send_offsets_to_transaction(
+                    to_topic_partitions(offsets),
+                    self._group.group_metadata(),
+                    self._flush_timeout_s,
+                ),
+            )
         transaction_step(
             "commit_transaction",
             self._txn_id,
@@ -208,7 +296,7 @@ class ExactlyOnce:
             lambda: tracker.producer.commit_transaction(self._flush_timeout_s),
         )
         self._in_transaction = False
-        return replace(metadata, commit=CommitState(sequence, marker_end))
+        return replace(marked, commit=CommitState(marked.commit.sequence, marker_end))
 
     def abandon(self) -> None:
         if self._in_transaction:
@@ -223,3 +311,4 @@ class ExactlyOnce:
 
     def close(self) -> None:
         self._producers.drop(self._task_id)
+        self._group.close()

@@ -33,12 +33,14 @@ from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import LEVEL_ENV, current_level, debug_enabled, get_logger
 from processor_api.spark.host_client import close_hosts
 from processor_api.spark.job import JobSpec
+from processor_api.spark.resume import check_agreement, checkpoint_positions, starting_offsets_json
 from processor_api.spark.spark_home import compiled_spark_home
 from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, run_task
 from processor_api.topology import Topology
@@ -230,21 +232,46 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
         builder = builder.config("spark.executorEnv.PYTHONWARNINGS", "ignore")
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
-    _launch_jvm_in_own_session(_driver_java_options(settings, quiet), quiet)
+    _launch_jvm_in_own_session(_driver_launch_conf(settings, quiet), quiet)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
     return session
 
 
-def _driver_java_options(settings: RunSettings, quiet: bool) -> str:
-    """The driver JVM's options: our log4j2 configuration, then the user's own options."""
-    options = [
+#: JVM options of the driver (the executors too with ``local[...]``: one JVM). The JVM no
+#: longer sees a record (tasks read their own input in task hosts): it plans offset ranges,
+#: keeps a few rows of GroupState and schedules Spark tasks, so start-up matters more than
+#: peak JIT code: C1 only (``TieredStopAtLevel=1``) compiles quickly, and the serial collector
+#: starts no GC worker threads on a small machine. ``--spark-conf
+#: spark.driver.extraJavaOptions=...`` replaces these (an empty value: the JVM's defaults);
+#: ``PROCESSOR_API_DRIVER_JAVA_OPTIONS`` does the same from the environment.
+DEFAULT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _driver_launch_conf(settings: RunSettings, quiet: bool = True) -> dict[str, str]:
+    """Settings the driver's JVM must get when it is launched, not from the builder.
+
+    In local mode, ``spark.driver.*`` JVM settings set on the builder come too late (the JVM
+    is already running when the session is built); ``spark-submit --conf`` applies them.
+    The log4j2 configuration (log4j2.properties, levels from ``quiet``) always goes first, so
+    that Spark is quiet from the JVM's first line.
+    """
+    conf = {
+        key: value
+        for key, value in settings.spark_conf.items()
+        if key in ("spark.driver.extraJavaOptions", "spark.driver.memory")
+    }
+    options = conf.get(
+        "spark.driver.extraJavaOptions",
+        os.environ.get("PROCESSOR_API_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS),
+    )
+    logging_options = [
         f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
         f"-Dprocessor_api.spark.level={'ERROR' if quiet else 'WARN'}",
         f"-Dprocessor_api.spark.failure.level={'OFF' if quiet else 'ERROR'}",
     ]
-    user = settings.spark_conf.get("spark.driver.extraJavaOptions", "").strip()
-    return " ".join([*options, user] if user else options)
+    conf["spark.driver.extraJavaOptions"] = " ".join([*logging_options, options.strip()]).strip()
+    return conf
 
 
 #: Lines the JVM prints before any logging is set up, dropped unless the level is debug.
@@ -262,7 +289,9 @@ def _forward_jvm_stderr(stream: Any, quiet: bool) -> None:
             return
 
 
-def _launch_jvm_in_own_session(java_options: str = "", quiet: bool = False) -> None:
+def _launch_jvm_in_own_session(
+    launch_conf: dict[str, str] | None = None, quiet: bool = False
+) -> None:
     """Start Spark's JVM (from the compiled ``SPARK_HOME``, see spark_home.py) in a session of its own.
 
     ``kill -TERM -<pgid>`` (or systemd's control-group stop) then reaches only this driver
@@ -277,9 +306,7 @@ def _launch_jvm_in_own_session(java_options: str = "", quiet: bool = False) -> N
         spark_home = compiled_spark_home()  # workers import a byte-compiled pyspark.zip
         if spark_home:
             os.environ["SPARK_HOME"] = spark_home
-        conf = SparkConf(loadDefaults=False)
-        if java_options:  # before the JVM starts: log4j is set up from its first line
-            conf.set("spark.driver.extraJavaOptions", java_options)
+        conf = SparkConf(loadDefaults=False).setAll(list((launch_conf or {}).items()))
         # the JVM's stderr goes through a pipe read from before it starts, so that what it
         # prints when it cannot start still reaches the terminal
         read_end, write_end = os.pipe()
@@ -401,18 +428,18 @@ class TopologyRunner:
                 [TopicSpec(dead_letter, partitions, {})],
                 kafka=kafka,
             )
-        if self.config.exactly_once:
-            ensure_topics(
-                self.settings.bootstrap_servers,
-                [
-                    TopicSpec(
-                        commit_marker_topic(self.config.application_id),
-                        len(plan.task_ids),
-                        {"cleanup.policy": "compact"},
-                    )
-                ],
-                kafka=kafka,
-            )
+        # both guarantees keep each task's commit markers there (spark/guarantee.py)
+        ensure_topics(
+            self.settings.bootstrap_servers,
+            [
+                TopicSpec(
+                    commit_marker_topic(self.config.application_id),
+                    len(plan.task_ids),
+                    {"cleanup.policy": "compact"},
+                )
+            ],
+            kafka=kafka,
+        )
         self.plan = plan
         _log.info(
             "topology_planned",
@@ -442,6 +469,7 @@ class TopologyRunner:
                 "processing_guarantee": self.config.processing_guarantee.value,
                 "deserialization_exception_handler": self.config.deserialization_exception_handler,
                 "processing_exception_handler": self.config.processing_exception_handler,
+                "production_exception_handler": self.config.production_exception_handler,
                 "dead_letter_topic": self.config.dead_letter_topic,
                 **self.config.extra,
             },
@@ -484,7 +512,7 @@ class TopologyRunner:
             .option("bootstrap.servers", self.settings.bootstrap_servers)
             .option("topics", ",".join(plan.source_topics))
             .option("max.records.per.batch", str(self.settings.max_records_per_batch))
-            .option("starting.offsets", self._starting_offsets())
+            .option("starting.offsets", self._resume_offsets(plan))
             .option("isolation.level", self.config.processing_guarantee.isolation_level)
             .options(**{f"kafka.{k}": str(v) for k, v in self.kafka.settings.items()})
         )
@@ -583,6 +611,34 @@ class TopologyRunner:
             return  # a checkpoint from before the marker existed: let Spark decide
         checkpoint.mkdir(parents=True, exist_ok=True)
         marker.write_text(mode + "\n")
+
+    def _resume_offsets(self, plan: TopicPlan) -> str:
+        """The source's starting offsets: see ``resume.py`` (checkpoint, group, or policy)."""
+        partitions = [
+            (topic, p)
+            for topics in (plan.external_sources, plan.internal)
+            for topic, count in topics.items()
+            for p in range(count)
+        ]
+        group_id = self.config.application_id
+        group = committed_offsets(
+            self.settings.bootstrap_servers, group_id, partitions, kafka=self.kafka
+        )
+        checkpoint = self.settings.resolved_checkpoint_dir
+        positions = checkpoint_positions(checkpoint)
+        if positions is not None:
+            check_agreement(checkpoint, *positions, group, group_id)
+            return self._starting_offsets()  # Spark resumes from its checkpoint
+        if group:
+            _log.info(
+                "resuming_from_consumer_group",
+                group=group_id,
+                partitions=len(group),
+                detail="no Spark checkpoint: the source starts at the group's committed "
+                "offsets and tasks adopt their last commit marker",
+            )
+            return starting_offsets_json(group)
+        return self._starting_offsets()
 
     def _starting_offsets(self) -> str:
         policies = {

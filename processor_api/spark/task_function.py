@@ -104,7 +104,7 @@ def run_task(
         get_logger("processor_api.spark_task", task=task_id).info(
             "task_batch_done",
             ranges=len(ranges),
-            processed=result.processed,
+            records=result.processed,
             outputs=result.outputs,
             changelog_records=result.changelog_records,
             stream_time=metadata.stream_time,

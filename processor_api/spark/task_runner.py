@@ -31,11 +31,11 @@ from processor_api.engine.metadata import CommitState, TaskMetadata
 from processor_api.engine.records import InputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
-from processor_api.kafka.collector import KafkaCollector, read_changelog
+from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic
-from processor_api.kafka.reader import bounded_consumer, read_bounded
+from processor_api.kafka.reader import bounded_consumer, read_bounded, read_changelog
 from processor_api.logging import get_logger
-from processor_api.spark.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
+from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
@@ -95,20 +95,17 @@ class TaskRunner:
 
     def _make_guarantee(self) -> Guarantee:
         spec = self.spec
-        if self.config.exactly_once:
-            return ExactlyOnce(
-                bootstrap_servers=spec.bootstrap_servers,
-                producer_config=spec.producer_config,
-                flush_timeout_s=spec.flush_timeout_s,
-                application_id=self.app_id,
-                task_id=self.task_id,
-                marker_partition=spec.task_ids.index(self.task_id),
-                directory=self.directory,
-                kafka=spec.kafka,
-            )
-        return AtLeastOnce(
-            spec.bootstrap_servers, spec.producer_config, spec.flush_timeout_s, spec.kafka
+        settings = TaskCommitSettings(
+            bootstrap_servers=spec.bootstrap_servers,
+            producer_config=spec.producer_config,
+            flush_timeout_s=spec.flush_timeout_s,
+            application_id=self.app_id,
+            task_id=self.task_id,
+            marker_partition=spec.task_ids.index(self.task_id),
+            directory=self.directory,
+            kafka=spec.kafka,
         )
+        return make_guarantee(self.config.exactly_once, settings)
 
     # ------------------------------------------------------------------ batch
     def run_batch(self, state_json: str | None, ranges: list[InputRange]) -> BatchResult:
@@ -132,7 +129,7 @@ class TaskRunner:
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(metadata)
+            metadata = guarantee.commit(metadata, self._input_offsets(ranges))
             stores.commit(positions)
         except BaseException:
             dropped = stores.discard()
@@ -199,7 +196,13 @@ class TaskRunner:
         return sum(restored.values())
 
     def _replay_changelog(
-        self, topic: str, partition: int, start: int, end: int, apply: Any
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        apply: Any,
+        with_timestamps: bool = False,
     ) -> int:
         return read_changelog(
             self.spec.bootstrap_servers,
@@ -209,6 +212,7 @@ class TaskRunner:
             end,
             apply,
             isolation_level=self._guarantee.isolation_level,
+            with_timestamps=with_timestamps,
             kafka=self.spec.kafka,
         )
 
@@ -253,11 +257,24 @@ class TaskRunner:
                     )
         return records
 
+    @staticmethod
+    def _input_offsets(ranges: list[InputRange]) -> dict[tuple[str, int], int]:
+        """The batch's progress as consumer-group offsets: the end of every range it read.
+
+        A range is read to its end, so the next offset to consume is the range's end even when
+        its last offsets were transaction markers (no record, no position). Partitions without
+        a range in this batch keep the offset an earlier batch committed.
+        """
+        return {(planned.topic, planned.partition): planned.end for planned in ranges}
+
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
         for store_name, changes in task.flush().items():
             count += collector.send_changes(
-                changelog_topic(self.app_id, store_name), self.partition, changes
+                changelog_topic(self.app_id, store_name),
+                self.partition,
+                changes,
+                versioned=self.topology.store_builders[store_name].changelog_has_versions,
             )
         return count
 

@@ -72,6 +72,11 @@ class BytesStore(ABC):
         entries = self.range(prefix, prefix_upper_bound(prefix))
         return takewhile(lambda entry: entry[0].startswith(prefix), entries)
 
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Delete every key with ``lo <= key < hi`` (``hi`` excluded)."""
+        doomed = [key for key, _ in self.range(lo, hi) if key < hi]
+        self.put_all([(key, None) for key in doomed])
+
     @abstractmethod
     def approximate_num_entries(self) -> int:
         """Return an estimate of the number of entries (exact for in-memory stores)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from processor_api.errors import StoreError
 from processor_api.serdes import Serde
@@ -22,6 +23,8 @@ class KeyValueBytesStoreSupplier:
     ``persistent`` suppliers (RocksDB) put the store at ``state_dir / "rocksdb" / name``, where
     ``state_dir`` is the task's directory; in-memory suppliers ignore ``state_dir``.
     """
+
+    kind = "key-value"
 
     def __init__(
         self,
@@ -45,7 +48,7 @@ class KeyValueBytesStoreSupplier:
 
     def __repr__(self) -> str:
         kind = "persistent" if self.persistent else "in-memory"
-        return f"KeyValueBytesStoreSupplier({self.name!r}, {kind})"
+        return f"{type(self).__name__}({self.name!r}, {kind})"
 
 
 def _rocksdb_factory(name: str, state_dir: Path | None) -> BytesStore:
@@ -67,14 +70,16 @@ def _in_memory_factory(name: str, state_dir: Path | None) -> BytesStore:
 class StoreStack:
     """One built store with every layer, as :meth:`StoreBuilder.build` returns it.
 
-    ``store`` is the typed facade handed to processors; ``inner`` the innermost byte store
-    (restore writes go there with ``put_all``, bypassing cache and change log); ``changelog``
-    and ``cache`` are the optional layers in between.
+    ``store`` is the typed facade handed to processors (a ``KeyValueStore``, ``WindowStore``,
+    ``SessionStore``, ``TimestampedKeyValueStore`` or ``VersionedKeyValueStore``); ``inner``
+    the innermost byte store (restore writes go there, bypassing cache and change log);
+    ``changelog`` (anything with ``drain_changes()``) and ``cache`` are the optional layers in
+    between.
     """
 
-    store: KeyValueStore
+    store: Any
     inner: BytesStore
-    changelog: ChangeLoggingBytesStore | None
+    changelog: Any
     cache: CachingBytesStore | None
 
     @property
@@ -95,7 +100,15 @@ class StoreBuilder:
     """Builds a :class:`KeyValueStore` with its optional caching and change-logging layers.
 
     Logging is on and caching off by default. The ``with_*`` methods return the builder.
+    Builders of the other store kinds subclass it and override :meth:`_facade` (and, for
+    versioned stores, :meth:`build` and :meth:`restore_writer`).
     """
+
+    kind = "key-value"
+    changelog_has_versions = False
+    """True when the changelog record timestamps are part of the data (versioned stores):
+    a replay must pass ``(key, value, timestamp)`` records to :meth:`restore_writer`'s writer,
+    and a batch's records of one key must not be collapsed to its last one."""
 
     def __init__(
         self, supplier: KeyValueBytesStoreSupplier, key_serde: Serde, value_serde: Serde
@@ -106,7 +119,7 @@ class StoreBuilder:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.logging_enabled = True
-        self.logging_config: dict[str, str] = {}
+        self.logging_config: dict[str, str] = self.changelog_topic_defaults()
         self.caching_enabled = False
         self.cache_max_entries = DEFAULT_MAX_ENTRIES
 
@@ -120,10 +133,17 @@ class StoreBuilder:
         """Whether the supplier makes a persistent (RocksDB) store."""
         return self.supplier.persistent
 
+    def changelog_topic_defaults(self) -> dict[str, str]:
+        """Changelog topic configs this kind of store sets unless overridden."""
+        return {}
+
     def with_logging_enabled(self, config: dict | None = None) -> StoreBuilder:
         """Log every write to the changelog topic; ``config`` holds extra topic configs."""
         self.logging_enabled = True
-        self.logging_config = {str(k): str(v) for k, v in (config or {}).items()}
+        self.logging_config = {
+            **self.changelog_topic_defaults(),
+            **{str(k): str(v) for k, v in (config or {}).items()},
+        }
         return self
 
     def with_logging_disabled(self) -> StoreBuilder:
@@ -158,42 +178,37 @@ class StoreBuilder:
         of asking the supplier for a new one (e.g. an in-memory store kept by the worker
         across task re-creations); it must be open.
         """
-        if inner is None:
-            inner = self.supplier.get(state_dir)
-        elif not inner.is_open:
-            raise StoreError(f"state store {self.name!r}: the given inner store is closed")
+        inner = self._open_inner(state_dir, inner)
         layer: BytesStore = inner
         changelog = cache = None
         if self.logging_enabled:
             layer = changelog = ChangeLoggingBytesStore(layer, timestamp_fn)
         if self.caching_enabled:
             layer = cache = CachingBytesStore(layer, self.cache_max_entries)
-        store = KeyValueStore(self.name, layer, self.key_serde, self.value_serde)
+        store = self._facade(layer)
         return StoreStack(store=store, inner=inner, changelog=changelog, cache=cache)
+
+    def _open_inner(self, state_dir: Path | None, inner: BytesStore | None) -> BytesStore:
+        if inner is None:
+            return self.supplier.get(state_dir)
+        if not inner.is_open:
+            raise StoreError(f"state store {self.name!r}: the given inner store is closed")
+        return inner
+
+    def _facade(self, layer: BytesStore) -> Any:
+        """The typed store over the outermost byte layer."""
+        return KeyValueStore(self.name, layer, self.key_serde, self.value_serde)
+
+    def restore_writer(self, inner: BytesStore) -> Callable[[list], None]:
+        """The function a changelog replay hands each batch of records to.
+
+        For most kinds the records are ``(key, value)`` and go straight into the innermost
+        byte store's ``put_all``.
+        """
+        return inner.put_all
 
     def __repr__(self) -> str:
         return (
-            f"StoreBuilder({self.name!r}, persistent={self.persistent}, "
+            f"{type(self).__name__}({self.name!r}, persistent={self.persistent}, "
             f"logging={self.logging_enabled}, caching={self.caching_enabled})"
         )
-
-
-class Stores:
-    """Factory of store suppliers and builders (Kafka Streams' ``Stores``)."""
-
-    @staticmethod
-    def persistent_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
-        """A RocksDB store on local disk, at ``<task dir>/rocksdb/<name>``."""
-        return KeyValueBytesStoreSupplier(name, True, _rocksdb_factory)
-
-    @staticmethod
-    def in_memory_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
-        """An in-memory store (rebuilt from its change log after a restart)."""
-        return KeyValueBytesStoreSupplier(name, False, _in_memory_factory)
-
-    @staticmethod
-    def key_value_store_builder(
-        supplier: KeyValueBytesStoreSupplier, key_serde: Serde, value_serde: Serde
-    ) -> StoreBuilder:
-        """A builder for a typed key-value store over ``supplier``'s byte store."""
-        return StoreBuilder(supplier, key_serde, value_serde)

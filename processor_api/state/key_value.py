@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore, KeyValue
+
+if TYPE_CHECKING:
+    from processor_api.state.undo import UndoLog
 
 _log = get_logger(__name__)
 
@@ -99,6 +102,11 @@ class KeyValueStore:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._open = True
+        # Undo journal of the task (see state.undo), and the last key read or written with
+        # its value bytes, so that a put after a get of the same key journals for free.
+        self._undo: list[tuple[KeyValueStore, bytes, bytes | None]] | None = None
+        self._last_key: bytes | None = None
+        self._last_value: bytes | None = None
 
     # ------------------------------------------------------------------ properties
 
@@ -117,6 +125,17 @@ class KeyValueStore:
         """True until :meth:`close`."""
         return self._open and self.bytes_store.is_open
 
+    # ------------------------------------------------------------------ undo journal
+
+    def track_writes(self, log: UndoLog | None) -> None:
+        """Journal every write's previous value in ``log`` (None: stop journaling)."""
+        self._undo = None if log is None else log.entries
+        self.forget_last_read()
+
+    def forget_last_read(self) -> None:
+        """Forget the remembered last read (the store changed below this facade)."""
+        self._last_key = self._last_value = None
+
     # ------------------------------------------------------------------ helpers
 
     def _check_open(self) -> None:
@@ -130,6 +149,11 @@ class KeyValueStore:
 
     def _serialize_value(self, value: Any) -> bytes | None:
         return self.value_serde.serialize(value)
+
+    def entry_from_bytes(self, key: bytes, value: bytes | None) -> KeyValue:
+        """The typed entry of a raw ``(key, value)`` pair of this store (e.g. from
+        :meth:`KeyValueIterator.raw_entries`), deserialized with the store's serdes."""
+        return KeyValue(self.key_serde.deserialize(key), self.value_serde.deserialize(value))
 
     def _deserialize_key(self, data: bytes) -> Any:
         return self.key_serde.deserialize(data)
@@ -157,33 +181,64 @@ class KeyValueStore:
     def get(self, key: Any) -> Any:
         """Return the value stored under ``key``, or ``None`` if there is none."""
         self._check_open()
-        return self._deserialize_value(self.bytes_store.get(self._serialize_key(key)))
+        key_bytes = self._serialize_key(key)
+        value_bytes = self.bytes_store.get(key_bytes)
+        self._last_key = key_bytes
+        self._last_value = value_bytes
+        return self._deserialize_value(value_bytes)
 
     def put(self, key: Any, value: Any) -> None:
         """Store ``value`` under ``key``; ``value=None`` deletes the key."""
         self._check_open()
-        self.bytes_store.put(self._serialize_key(key), self._serialize_value(value))
+        key_bytes = self._serialize_key(key)
+        value_bytes = self._serialize_value(value)
+        undo = self._undo
+        if undo is not None:
+            if key_bytes == self._last_key:  # read-modify-write: the value get() read
+                undo.append((self, key_bytes, self._last_value))
+            else:
+                undo.append((self, key_bytes, self.bytes_store.get(key_bytes)))
+        self.bytes_store.put(key_bytes, value_bytes)
+        self._last_key = key_bytes
+        self._last_value = value_bytes
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         """Store ``value`` only if ``key`` has no value; return the existing value or ``None``."""
         self._check_open()
         key_bytes = self._serialize_key(key)
         existing = self.bytes_store.get(key_bytes)
-        if existing is None:
-            self.bytes_store.put(key_bytes, self._serialize_value(value))
-            return None
-        return self._deserialize_value(existing)
+        self._last_key = key_bytes
+        self._last_value = existing
+        if existing is not None:
+            return self._deserialize_value(existing)
+        value_bytes = self._serialize_value(value)
+        if self._undo is not None:
+            self._undo.append((self, key_bytes, None))
+        self.bytes_store.put(key_bytes, value_bytes)
+        self._last_value = value_bytes
+        return None
 
     def put_all(self, entries: Iterable[tuple[Any, Any]]) -> None:
         """Store every ``(key, value)`` pair, in order, as one bulk write (``None`` deletes)."""
         self._check_open()
         batch = [(self._serialize_key(k), self._serialize_value(v)) for k, v in entries]
+        undo = self._undo
+        if undo is not None:
+            get = self.bytes_store.get
+            undo.extend((self, key_bytes, get(key_bytes)) for key_bytes, _ in batch)
+        self.forget_last_read()
         self.bytes_store.put_all(batch)
 
     def delete(self, key: Any) -> Any:
         """Delete ``key`` and return the value it had, or ``None``."""
         self._check_open()
-        return self._deserialize_value(self.bytes_store.delete(self._serialize_key(key)))
+        key_bytes = self._serialize_key(key)
+        old = self.bytes_store.delete(key_bytes)
+        if self._undo is not None:
+            self._undo.append((self, key_bytes, old))
+        self._last_key = key_bytes
+        self._last_value = None
+        return self._deserialize_value(old)
 
     # ------------------------------------------------------------------ ordered access
 

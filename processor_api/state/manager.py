@@ -35,14 +35,13 @@ from processor_api.state.base import BytesStore
 from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.checkpoint import delete_checkpoint, read_checkpoint, write_checkpoint
-from processor_api.state.in_memory import InMemoryBytesStore
 
 _log = get_logger("processor_api.task_state")
 
 TASK_DIR_PATTERN = re.compile(r"\d+_\d+")
 
 # In-memory stores live as long as the Python worker: (app, task, store) -> (store, position).
-_IN_MEMORY: dict[tuple[str, str, str], tuple[InMemoryBytesStore, int]] = {}
+_IN_MEMORY: dict[tuple[str, str, str], tuple[BytesStore, int]] = {}
 _IN_MEMORY_GUARD = threading.Lock()
 
 
@@ -50,8 +49,10 @@ def task_directory(state_dir: str | os.PathLike[str], application_id: str, task_
     return Path(state_dir) / application_id / task_id
 
 
-ChangelogReader = Callable[[str, int, int, int, Callable[[list], None]], int]
-"""``reader(topic, partition, start, end, apply_batch) -> records`` replays [start, end)."""
+ChangelogReader = Callable[..., int]
+"""``reader(topic, partition, start, end, apply_batch) -> records`` replays [start, end) as
+``(key, value)`` batches; with ``with_timestamps=True`` (versioned stores) as
+``(key, value, timestamp)`` batches."""
 
 
 class TaskStores:
@@ -89,19 +90,20 @@ class TaskStores:
             self._had_local_copy.setdefault(builder.name, self._store_files_exist(builder.name))
             raw = builder.supplier.get(self.directory)
         else:
-            raw = self._in_memory(builder.name)
+            raw = self._in_memory(builder)
         buffer = BatchBufferBytesStore(raw)
         self.buffers[builder.name] = buffer
         stack = builder.build(timestamp_fn=timestamp_fn, inner=buffer)
         self.stacks[builder.name] = stack
         return stack
 
-    def _in_memory(self, name: str) -> BytesStore:
-        key = (self.application_id, self.task_id, name)
+    def _in_memory(self, builder: StoreBuilder) -> BytesStore:
+        key = (self.application_id, self.task_id, builder.name)
         with _IN_MEMORY_GUARD:
             entry = _IN_MEMORY.get(key)
             if entry is None or not entry[0].is_open:
-                entry = (InMemoryBytesStore(name), 0)
+                # The supplier's store: plain, or segmented for window and session stores.
+                entry = (builder.supplier.get(None), 0)
                 _IN_MEMORY[key] = entry
         return entry[0]
 
@@ -182,11 +184,17 @@ class TaskStores:
         )
 
         raw = self.buffers[name].inner
+        builder = self._builders[name]
+        write = builder.restore_writer(raw)
 
         def apply(batch: list) -> None:
-            raw.put_all(batch)
+            write(batch)
 
-        count = reader(topic, self.partition, start, end, apply)
+        if builder.changelog_has_versions:
+            # Versioned stores: the record timestamp is the version, so replay needs it.
+            count = reader(topic, self.partition, start, end, apply, with_timestamps=True)
+        else:
+            count = reader(topic, self.partition, start, end, apply)
         raw.flush()
         duration = time.monotonic() - started
         self._log.info(

@@ -132,6 +132,11 @@ class RocksDBBytesStore(BytesStore):
             db.delete(key)
         return old
 
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Delete every key with ``lo <= key < hi`` with one RocksDB ``DeleteRange``."""
+        if lo < hi:
+            self._handle().delete_range(lo, hi)
+
     def range(
         self, lo: bytes | None, hi: bytes | None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:

@@ -33,6 +33,10 @@ from processor_api.processor import Record
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.base import KeyValue
 from processor_api.state.key_value import KeyValueStore
+from processor_api.state.session import SessionStore
+from processor_api.state.timestamped import TimestampedKeyValueStore
+from processor_api.state.versioned import VersionedKeyValueStore
+from processor_api.state.window import WindowStore
 from processor_api.topology import Topology
 
 __all__ = [
@@ -215,10 +219,35 @@ class TopologyTestDriver:
 
     # ------------------------------------------------------------- inspection
     def get_key_value_store(self, name: str) -> KeyValueStore:
-        """The store ``name`` (of whichever task owns it)."""
+        """The key-value store ``name`` (of whichever task owns it); ``StoreError`` if it is
+        another kind (a timestamped key-value store is one)."""
+        return self._store(name, KeyValueStore, "a key-value store")
+
+    def get_timestamped_key_value_store(self, name: str) -> TimestampedKeyValueStore:
+        """The timestamped key-value store ``name``; ``StoreError`` if it is another kind."""
+        return self._store(name, TimestampedKeyValueStore, "a timestamped key-value store")
+
+    def get_window_store(self, name: str) -> WindowStore:
+        """The window store ``name``; ``StoreError`` if it is another kind."""
+        return self._store(name, WindowStore, "a window store")
+
+    def get_session_store(self, name: str) -> SessionStore:
+        """The session store ``name``; ``StoreError`` if it is another kind."""
+        return self._store(name, SessionStore, "a session store")
+
+    def get_versioned_key_value_store(self, name: str) -> VersionedKeyValueStore:
+        """The versioned key-value store ``name``; ``StoreError`` if it is another kind."""
+        return self._store(name, VersionedKeyValueStore, "a versioned key-value store")
+
+    def _store(self, name: str, kind: type, described: str) -> Any:
         for task in self._tasks:
             if name in task.stores:
-                return task.stores[name].store
+                store = task.stores[name].store
+                if not isinstance(store, kind):
+                    raise StoreError(
+                        f"state store {name!r} is not {described}: it is a {type(store).__name__}"
+                    )
+                return store
         known = sorted(s for task in self._tasks for s in task.stores)
         raise StoreError(f"no state store named {name!r} in the topology (stores: {known})")
 

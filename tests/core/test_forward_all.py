@@ -18,6 +18,7 @@ from processor_api import (
 )
 from processor_api.config import StreamsConfig
 from processor_api.engine.records import InputRecord, ListCollector
+from processor_api.engine.sink import SinkNode
 from processor_api.engine.task import Task
 from processor_api.processor import ProcessorContext
 from processor_api.state.batch_buffer import BatchBufferBytesStore
@@ -155,13 +156,13 @@ INPUT = [
 def raw_sends(monkeypatch):
     """Counts the calls of the raw store-to-sink path."""
     calls = []
-    original = Task._send_raw
+    original = SinkNode.send_raw
 
-    def spy(self, *args):
-        calls.append(args[2])  # timestamp
-        return original(self, *args)
+    def spy(store, entries, timestamp, sinks):
+        calls.append(timestamp)
+        return original(store, entries, timestamp, sinks)
 
-    monkeypatch.setattr(Task, "_send_raw", spy)
+    monkeypatch.setattr(SinkNode, "send_raw", staticmethod(spy))
     return calls
 
 

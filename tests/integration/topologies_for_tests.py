@@ -7,7 +7,17 @@ puts the root on ``PYTHONPATH`` before the shared SparkSession starts).
 
 from __future__ import annotations
 
-from processor_api import Processor, ProcessorContext, PunctuationType, Record, Serdes, Topology
+import os
+
+from processor_api import (
+    Processor,
+    ProcessorContext,
+    PunctuationType,
+    Record,
+    Serdes,
+    Stores,
+    Topology,
+)
 
 DEFAULT_TICK_INTERVAL_MS = 500
 
@@ -51,3 +61,56 @@ def build_ticker(
             "ticks", output_topic, "ticker", key_serde=Serdes.string(), value_serde=Serdes.long()
         )
     )
+
+
+class LifetimeProcessor(Processor):
+    """Counts per key and ticks on stream time; logs every ``init()``/``close()`` to a file.
+
+    The log lines are ``init <task> <pid>`` and ``close <task> <pid>``, so a test can count
+    how often Spark (re)built each task.
+    """
+
+    def __init__(self, log_path: str, interval_ms: int) -> None:
+        self.log_path = log_path
+        self.interval_ms = interval_ms
+
+    def _log(self, what: str) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(f"{what} {self.context.task_id} {os.getpid()}\n")
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.store = context.get_state_store("lifetime-counts")
+        context.schedule(self.interval_ms, PunctuationType.STREAM_TIME, self.tick)
+        self._log("init")
+
+    def tick(self, timestamp: int) -> None:
+        self.context.forward(Record(self.context.task_id, timestamp, timestamp), child="ticks")
+
+    def process(self, record: Record) -> None:
+        count = (self.store.get(record.key) or 0) + 1
+        self.store.put(record.key, count)
+        key = f"{self.context.task_id}/{record.key}"  # keys are counted per task
+        self.context.forward(record.with_key(key).with_value(count), child="counts")
+
+    def close(self) -> None:
+        self._log("close")
+
+
+def build_lifetime(
+    input_topic: str, ticks_topic: str, counts_topic: str, log_path: str, interval_ms: int
+) -> Topology:
+    """Input -> LifetimeProcessor (store ``lifetime-counts``) -> sinks ``ticks`` and ``counts``."""
+    string, long = Serdes.string(), Serdes.long()
+    topology = Topology()
+    topology.add_source("input", input_topic, key_serde=string, value_serde=string)
+    topology.add_processor("lifetime", lambda: LifetimeProcessor(log_path, interval_ms), "input")
+    topology.add_state_store(
+        Stores.key_value_store_builder(
+            Stores.persistent_key_value_store("lifetime-counts"), string, long
+        ),
+        "lifetime",
+    )
+    topology.add_sink("ticks", ticks_topic, "lifetime", key_serde=string, value_serde=long)
+    topology.add_sink("counts", counts_topic, "lifetime", key_serde=string, value_serde=long)
+    return topology

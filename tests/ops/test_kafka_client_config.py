@@ -9,7 +9,7 @@ import pytest
 
 from processor_api.cli import build_parser
 from processor_api.errors import BrokerUnavailableError, ConfigError
-from processor_api.kafka import admin, collector, offsets, producer, reader, transactions
+from processor_api.kafka import admin, group, offsets, producer, reader, transactions
 from processor_api.kafka.client_config import KafkaClientConfig, parse_properties
 from processor_api.kafka.names import changelog_topic
 
@@ -159,8 +159,7 @@ def built(monkeypatch) -> list[dict[str, Any]]:
         (admin, ["AdminClient"]),
         (producer, ["Producer"]),
         (reader, ["Consumer"]),
-        (collector, ["Consumer"]),
-        (transactions, ["Consumer"]),
+        (group, ["Consumer"]),
         (offsets, ["AdminClient", "Consumer"]),
     ):
         for name in names:
@@ -208,11 +207,13 @@ def test_every_client_builder_gets_the_settings_of_its_role(built, kafka_config)
         )
     )
     _build(
-        lambda: collector.read_changelog(
+        lambda: reader.read_changelog(
             "h:1", changelog_topic("app", "s"), 0, 0, 5, lambda batch: None, kafka=k
         )
     )
     _build(lambda: transactions.read_latest_marker("h:1", "t", 0, 0, "0_0", kafka=k))
+    _build(lambda: group.GroupCommitter("h:1", "app", "group-0_0", kafka=k))
+    _build(lambda: group.committed_offsets("h:1", "app", [("t", 0)], kafka=k))
     _build(lambda: offsets.end_offsets("h:1", [("t", 0)], kafka=k))
     _build(lambda: offsets.beginning_offsets("h:1", [("t", 0)], kafka=k))
     assert _roles_seen(built) == [
@@ -225,6 +226,8 @@ def test_every_client_builder_gets_the_settings_of_its_role(built, kafka_config)
         "consumer",  # task input reader
         "consumer",  # changelog restore
         "consumer",  # commit marker reader
+        "consumer",  # consumer-group committer
+        "consumer",  # consumer-group reader (resume)
         "admin",  # offset look-up (ListOffsets)
         "admin",  # offset look-up (ListOffsets)
     ]

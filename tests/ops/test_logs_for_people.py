@@ -11,7 +11,7 @@ from processor_api.spark import runner
 from processor_api.spark.runner import (
     LOG4J2_PROPERTIES,
     RunSettings,
-    _driver_java_options,
+    _driver_launch_conf,
     _Progress,
 )
 
@@ -64,13 +64,12 @@ def test_child_processes_inherit_the_level():
 
 
 def test_the_driver_jvm_gets_the_log4j2_file_before_it_starts():
-    quiet = _driver_java_options(RunSettings("h:1"), quiet=True)
-    assert f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}" in quiet
+    quiet = _driver_launch_conf(RunSettings("h:1"), quiet=True)["spark.driver.extraJavaOptions"]
+    assert quiet.startswith(f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} ")
     assert "-Dprocessor_api.spark.level=ERROR" in quiet
     assert "-Dprocessor_api.spark.failure.level=OFF" in quiet
-    loud = _driver_java_options(
-        RunSettings("h:1", spark_conf={"spark.driver.extraJavaOptions": "-Dx=1"}), quiet=False
-    )
+    user = RunSettings("h:1", spark_conf={"spark.driver.extraJavaOptions": "-Dx=1"})
+    loud = _driver_launch_conf(user, quiet=False)["spark.driver.extraJavaOptions"]
     assert "-Dprocessor_api.spark.level=WARN" in loud and loud.endswith("-Dx=1")
     assert LOG4J2_PROPERTIES.is_file()
 

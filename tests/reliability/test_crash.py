@@ -46,10 +46,10 @@ pytestmark = pytest.mark.integration
     [
         # paced (3 ms per record): the mid-batch kills land inside an open transaction
         ("exactly_once_v2", ["mid_batch", "between_batches", "state_dir_deleted", "restore"], 3.0),
-        # mid_batch leaves a task's local store ahead of the committed state: the next start
-        # wipes and restores it, and is killed during that restore (state_dir_deleted under
-        # at-least-once: in the soak)
-        ("at_least_once", ["mid_batch", "restore"], 0.0),
+        # a mid-batch kill no longer leaves a store to rebuild (tasks that finished the batch
+        # wrote their commit marker and adopt it on restart), so the state dir is deleted to
+        # make the next start restore every store, and that restore is killed
+        ("at_least_once", ["mid_batch", "state_dir_deleted", "restore"], 0.0),
     ],
 )
 def test_kill_9_and_restart_matches_the_reference_fold(kafka, tmp_path, guarantee, kills, pause_ms):

@@ -1,0 +1,382 @@
+"""Latency, end to end: produce -> count per key -> output visible, at a steady input rate.
+
+Every contender runs continuously (not available-now) on a fresh input topic (3 partitions,
+10,000 keys) and forwards each new ``(key, count)`` to a fresh output topic with the input
+record's timestamp (Kafka Streams semantics: a forwarded record keeps its timestamp; Quix
+Streams' ``to_topic`` and the hand loop do the same). The harness
+
+1. starts the contender and produces a trickle (20 records/s) until the first output is seen
+   (so start-up, worker start and the first micro-batch are not measured);
+2. produces at the fixed rate (``linger.ms`` 1, timestamp = wall clock at ``produce()``) for
+   ``settle_s`` (not measured) and then ``measure_s`` seconds;
+3. reads the output topic all along (``fetch.wait.max.ms`` 5): latency of an output record =
+   wall clock when the consumer got it - its timestamp, for the records produced during the
+   measured window; waits up to ``drain_s`` for the last of them, then stops the contender
+   (SIGTERM; SIGKILL after 60 s).
+
+Reported per contender and rate: p50, p90, p99, max (ms), records out of the window that
+never showed up (``missing``), medians over the repetitions. Contenders:
+
+* ``processor_api trigger=Xs``: ``run-topology topologies.count_per_key:build_topology
+  --trigger-interval X --master local[2]`` with ``output_topic`` set;
+* ``hand_loop``: ``bench/latency_hand.py`` (confluent-kafka + rocksdict, produce per record);
+* ``quixstreams``: ``bench/quix_count.py --output-topic`` (stateful ``apply`` + ``to_topic``).
+
+Clock: producer, consumer and contenders run on this machine (loopback), so one clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+from bench.common import (
+    BENCH_DIR,
+    PYTHON,
+    QUIX_VENV,
+    RAW_DIR,
+    REPO_DIR,
+    RUN_MARKER,
+    Broker,
+    key_for,
+    leftover_processes,
+    log,
+    stats,
+)
+from bench.throughput import KEYS, MASTER, PARTITIONS, TOPIC_CONFIG, run_topology_bin
+
+TRIGGERS = (0.1, 0.5, 1.0)
+TRICKLE_RATE = 20
+READY_TIMEOUT_S = 120.0
+
+
+def pa_name(trigger: float) -> str:
+    return f"processor_api trigger={trigger:g}s"
+
+
+def contender_cmds(
+    bootstrap: str, in_topic: str, out_topic: str, state_dir: str, triggers=TRIGGERS
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    cmds: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for trigger in triggers:
+        cmds[pa_name(trigger)] = (
+            [
+                run_topology_bin(),
+                "topologies.count_per_key:build_topology",
+                "--bootstrap-servers",
+                bootstrap,
+                "--application-id",
+                f"lat-{uuid.uuid4().hex[:8]}",
+                "--state-dir",
+                state_dir,
+                "--master",
+                MASTER,
+                "--trigger-interval",
+                f"{trigger:g}",
+                "--topology-arg",
+                f"input_topic={json.dumps(in_topic)}",
+                "--topology-arg",
+                f"output_topic={json.dumps(out_topic)}",
+            ],
+            {},
+        )
+    cmds["hand_loop"] = (
+        [
+            PYTHON,
+            "-m",
+            "bench.latency_hand",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            in_topic,
+            "--output-topic",
+            out_topic,
+            "--state-dir",
+            state_dir,
+        ],
+        {},
+    )
+    if (QUIX_VENV / "bin" / "python").exists():
+        cmds["quixstreams"] = (
+            [
+                str(QUIX_VENV / "bin" / "python"),
+                str(BENCH_DIR / "quix_count.py"),
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                in_topic,
+                "--output-topic",
+                out_topic,
+                "--state-dir",
+                state_dir,
+            ],
+            {},
+        )
+    return cmds
+
+
+class _Probe:
+    """The harness' producer (paced) and output consumer (latencies) for one run."""
+
+    def __init__(self, bootstrap: str, in_topic: str, out_topic: str) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        self.in_topic = in_topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 1,
+                "partitioner": "murmur2_random",
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"latency-probe-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        from confluent_kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(out_topic, p, 0) for p in range(PARTITIONS)])
+        self.first_output = threading.Event()
+        self.window = (float("inf"), float("inf"))  # [start_ms, end_ms) of measured produce ts
+        self.latencies: list[int] = []
+        self.outputs = 0
+        self._stop_consumer = threading.Event()
+        self._consumer_thread = threading.Thread(target=self._consume, daemon=True)
+        self._consumer_thread.start()
+        self.produced = 0
+        self.produced_in_window = 0
+
+    def _consume(self) -> None:
+        consume = self.consumer.consume
+        while not self._stop_consumer.is_set():
+            messages = consume(10_000, timeout=0.05)
+            now_ms = time.time() * 1000.0
+            start, end = self.window
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                self.outputs += 1
+                ts = message.timestamp()[1]
+                if start <= ts < end:
+                    self.latencies.append(int(now_ms - ts))
+            if messages:
+                self.first_output.set()
+
+    def produce_for(self, rate: float, seconds: float, until: threading.Event | None = None):
+        """Produce ``rate`` records/s for ``seconds`` (or until ``until`` is set)."""
+        produce, poll = self.producer.produce, self.producer.poll
+        value = b"v" * 32
+        started = time.monotonic()
+        sent = 0
+        while True:
+            elapsed = time.monotonic() - started
+            if elapsed >= seconds or (until is not None and until.is_set()):
+                break
+            due = int(rate * elapsed) + 1
+            while sent < due:
+                ts = int(time.time() * 1000)
+                try:
+                    produce(self.in_topic, value, key_for(self.produced, KEYS), timestamp=ts)
+                except BufferError:
+                    poll(0.01)
+                    continue
+                sent += 1
+                self.produced += 1
+            poll(0)
+            time.sleep(0.002)
+        self.producer.flush(30)
+        return sent
+
+    def close(self) -> None:
+        self._stop_consumer.set()
+        self._consumer_thread.join(timeout=5)
+        self.consumer.close()
+
+
+def _stop(proc: subprocess.Popen) -> int | None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return proc.poll()
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def run_one(
+    broker: Broker,
+    name: str,
+    rate: int,
+    rep: int,
+    settle_s: float,
+    measure_s: float,
+    drain_s: float,
+) -> dict[str, Any]:
+    tag = f"{rate}-{rep}-{uuid.uuid4().hex[:6]}"
+    in_topic, out_topic = f"lat-in-{tag}", f"lat-out-{tag}"
+    broker.create_topic(in_topic, PARTITIONS, TOPIC_CONFIG)
+    broker.create_topic(out_topic, PARTITIONS, TOPIC_CONFIG)
+    state_dir = tempfile.mkdtemp(prefix="bench-lat-")
+    cmd, env = contender_cmds(broker.bootstrap, in_topic, out_topic, state_dir)[name]
+    RAW_DIR.mkdir(parents=True, exist_ok=True)
+    label = name.replace(" ", "_").replace("=", "")
+    log_path = RAW_DIR / f"latency-{rate}-{label}-{rep}.log"
+    probe = _Probe(broker.bootstrap, in_topic, out_topic)
+    marker = uuid.uuid4().hex
+    started = time.monotonic()
+    with open(log_path, "w") as err:
+        err.write("$ " + " ".join(cmd) + "\n")
+        err.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=REPO_DIR,
+            env={**os.environ, **env, RUN_MARKER: marker},
+            start_new_session=True,
+        )
+        result: dict[str, Any] = {"contender": name, "rate": rate, "rep": rep, "log": str(log_path)}
+        try:
+            probe.produce_for(TRICKLE_RATE, READY_TIMEOUT_S, until=probe.first_output)
+            if not probe.first_output.is_set():
+                result["error"] = f"no output within {READY_TIMEOUT_S:g}s"
+                return result
+            result["first_output_after_s"] = round(time.monotonic() - started, 2)
+            probe.produce_for(rate, settle_s)
+            window_start = int(time.time() * 1000)
+            probe.window = (window_start, float("inf"))
+            sent = probe.produce_for(rate, measure_s)
+            probe.window = (window_start, time.time() * 1000)
+            deadline = time.monotonic() + drain_s
+            while len(probe.latencies) < sent and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            code = _stop(proc)
+            probe.close()
+            time.sleep(1.0)
+            left = leftover_processes(marker)
+            result["leftover_processes"] = len(left)
+            for pid in left:  # processes of this run only (the marker is in their environment)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    lat = sorted(probe.latencies)
+
+    def pct(q: float) -> int | None:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None
+
+    result.update(
+        {
+            "exit_code": code,
+            "produced_in_window": sent,
+            "received_in_window": len(lat),
+            "missing": max(0, sent - len(lat)),
+            "p50_ms": pct(0.50),
+            "p90_ms": pct(0.90),
+            "p99_ms": pct(0.99),
+            "max_ms": lat[-1] if lat else None,
+            "mean_ms": round(statistics.fmean(lat), 1) if lat else None,
+        }
+    )
+    if sent and len(lat) < 0.99 * sent:
+        result["error"] = f"only {len(lat)} of {sent} outputs within the drain time"
+    return result
+
+
+def run(
+    broker: Broker,
+    rates: list[int],
+    reps: int,
+    settle_s: float,
+    measure_s: float,
+    drain_s: float = 15.0,
+    include: set[str] | None = None,
+) -> dict[str, Any]:
+    names = [
+        n
+        for n in contender_cmds("B", "I", "O", "S")
+        if include is None or n in include or n.split(" ")[0] in include
+    ]
+    runs: list[dict[str, Any]] = []
+    for rate in rates:
+        for rep in range(reps):
+            order = names[rep % len(names) :] + names[: rep % len(names)]
+            for name in order:
+                log(f"  latency {rate}/s rep {rep + 1}/{reps}: {name}")
+                load = os.getloadavg()[0]
+                try:
+                    outcome = run_one(broker, name, rate, rep, settle_s, measure_s, drain_s)
+                except Exception as exc:  # noqa: BLE001 - a failed contender is recorded
+                    outcome = {"contender": name, "rate": rate, "rep": rep, "error": repr(exc)}
+                outcome["loadavg_1m_at_start"] = load
+                log(f"    -> {json.dumps({k: v for k, v in outcome.items() if k != 'log'})}")
+                runs.append(outcome)
+    summary: dict[str, dict[str, Any]] = {}
+    for rate in rates:
+        for name in names:
+            mine = [r for r in runs if r["rate"] == rate and r["contender"] == name]
+            good = [r for r in mine if r.get("p50_ms") is not None and not r.get("error")]
+            summary.setdefault(str(rate), {})[name] = {
+                "runs": len(mine),
+                "ok": len(good),
+                **{
+                    key: stats([r[key] for r in good])
+                    for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "missing")
+                },
+                "errors": [r["error"] for r in mine if r.get("error")][:3],
+            }
+    return {
+        "rates": rates,
+        "reps": reps,
+        "settle_s": settle_s,
+        "measure_s": measure_s,
+        "drain_s": drain_s,
+        "trickle_rate": TRICKLE_RATE,
+        "keys": KEYS,
+        "partitions": PARTITIONS,
+        "master": MASTER,
+        "commands": {
+            n: " ".join(c)
+            for n, (c, _) in contender_cmds(
+                "BOOTSTRAP", "IN_TOPIC", "OUT_TOPIC", "STATE_DIR"
+            ).items()
+            if n in names
+        },
+        "runs": runs,
+        "summary": summary,
+    }
+
+
+if __name__ == "__main__":  # a quick manual check: python -m bench.latency NAME RATE SECONDS
+    import sys
+
+    from processor_api.logging import configure_logging
+
+    configure_logging("console", level="WARNING")
+    broker = Broker.start()
+    try:
+        print(
+            json.dumps(
+                run_one(broker, sys.argv[1], int(sys.argv[2]), 0, 3.0, float(sys.argv[3]), 15.0)
+            )
+        )
+    finally:
+        broker.stop()

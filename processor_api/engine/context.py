@@ -1,0 +1,107 @@
+"""The ProcessorContext a task hands to each of its processors (Kafka Streams'
+``ProcessorContextImpl``), and the record context it reads from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from processor_api.engine.records import InputRecord
+from processor_api.errors import StoreError
+from processor_api.processor import (
+    Cancellable,
+    ProcessorContext,
+    PunctuationType,
+    Record,
+    RecordMetadata,
+)
+from processor_api.state.key_value import KeyValueStore
+
+if TYPE_CHECKING:
+    from processor_api.engine.nodes import ProcessorNode
+    from processor_api.engine.task import Task
+
+
+class RecordContext:
+    """What the task is working on: the input record (``None`` in punctuation, ``init()`` and
+    ``close()``) and the timestamp of the record being processed or of the punctuation.
+
+    ``metadata`` is the :class:`RecordMetadata` of ``raw``, made when a processor first asks.
+    """
+
+    __slots__ = ("raw", "metadata", "timestamp")
+
+    def __init__(self) -> None:
+        self.raw: InputRecord | None = None
+        self.metadata: RecordMetadata | None = None
+        self.timestamp = 0
+
+    def record_metadata(self) -> RecordMetadata | None:
+        """Topic, partition and offset of the input record, or None outside of one."""
+        metadata = self.metadata
+        if metadata is None:
+            raw = self.raw
+            if raw is None:
+                return None
+            # Made on first use only: most processors never ask.
+            metadata = self.metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
+        return metadata
+
+
+class ProcessorContextImpl(ProcessorContext):
+    """The :class:`ProcessorContext` of one processor node of one task."""
+
+    def __init__(self, task: Task, node: ProcessorNode) -> None:
+        self._task = task
+        self._node = node
+        self.application_id = task.application_id
+        self.task_id = task.task_id
+        self.partition = task.partition
+
+    def forward(self, record: Record, child: str | None = None) -> None:
+        """Deliver ``record`` to the children (or ``child``), depth first."""
+        self._task.graph.forward(self._node, record, child)
+
+    def forward_all(
+        self, entries: Iterable[tuple[Any, Any]], timestamp: int, child: str | None = None
+    ) -> int:
+        """Forward every ``(key, value)`` with ``timestamp``; store entries to sinks go raw."""
+        return self._task.graph.forward_all(self._node, entries, timestamp, child)
+
+    def schedule(
+        self,
+        interval: int | timedelta,
+        type: PunctuationType = PunctuationType.STREAM_TIME,
+        punctuator: Callable[[int], None] | None = None,
+    ) -> Cancellable:
+        """Register a punctuation schedule of this processor (see the task's schedules)."""
+        return self._task.schedule(self._node, interval, type, punctuator)
+
+    def commit(self) -> None:
+        """Ask the runtime to commit the task as soon as possible."""
+        self._task.commit_requested = True
+
+    def get_state_store(self, name: str) -> KeyValueStore:
+        """The store ``name``, if it is connected to this processor."""
+        node = self._node
+        if name not in node.stores:
+            known = self._task.stores.keys()
+            why = "it is not connected to this processor" if name in known else "no such store"
+            raise StoreError(
+                f"processor {node.name!r} cannot access state store {name!r}: {why} "
+                f"(connected stores: {sorted(node.stores)})"
+            )
+        return self._task.stores[name].store
+
+    def record_metadata(self) -> RecordMetadata | None:
+        """Topic, partition and offset of the input record; None in punctuation."""
+        return self._task.record_context.record_metadata()
+
+    def current_stream_time_ms(self) -> int:
+        """The task's stream time (-1 before any record)."""
+        return self._task.stream_time
+
+    def current_system_time_ms(self) -> int:
+        """The task's clock."""
+        return self._task.clock()

@@ -1,0 +1,180 @@
+"""Sink nodes: serialize a record with the sink's serdes, pick its topic and partition, send it.
+
+Kafka Streams' ``SinkNode`` and the serializing half of ``RecordCollectorImpl.send``: the
+serialized record goes to the task's :class:`~processor_api.engine.records.RecordCollector`.
+A key or value the sink's serde cannot serialize goes to ``on_serialization_error`` (the
+production exception handler); a topic extractor or partitioner failing is a processing error.
+
+Also the raw store-to-sink path of ``forward_all``: stored bytes produced as they are when the
+store's serdes and the sink's have the same wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from processor_api.engine.records import OutputRecord, RecordCollector
+from processor_api.errors import ProcessingError, StreamsError
+from processor_api.processor import Record
+from processor_api.serdes import Serde
+from processor_api.state.key_value import KeyValueStore
+from processor_api.topology import SinkNode as SinkDefinition
+
+if TYPE_CHECKING:
+    from processor_api.engine.nodes import ProcessorNode
+
+SerializationOrigin = Literal["key", "value"]
+
+OnSerializationError = Callable[["SinkNode", Record, Exception, SerializationOrigin], None]
+"""``on_error(sink, record, exc, origin)``: raises to fail, returns to drop the record."""
+
+
+def sink_error(sink_name: str, exc: Exception) -> ProcessingError:
+    """The error of a sink that cannot serialize or route a record (``exc``)."""
+    return ProcessingError(
+        f"sink could not serialize or route the record: {exc}", processor=sink_name
+    )
+
+
+def _raise_sink_error(sink: SinkNode, record: Record, exc: Exception, origin: str) -> None:
+    raise sink_error(sink.name, exc) from exc
+
+
+def _same_wire_format(a: Serde, b: Serde) -> bool:
+    """Whether bytes written with serde ``a`` can go out as serde ``b`` would write them."""
+    return a.passthrough and a.__class__ is b.__class__
+
+
+class SinkNode:
+    """The running sink of one task: where records leave the sub-topology."""
+
+    __slots__ = (
+        "name",
+        "topic",
+        "partitioner",
+        "key_serde",
+        "value_serde",
+        "collector",
+        "_definition",
+        "_on_serialization_error",
+    )
+
+    def __init__(
+        self,
+        definition: SinkDefinition,
+        collector: RecordCollector,
+        on_serialization_error: OnSerializationError = _raise_sink_error,
+    ) -> None:
+        self.name = definition.name
+        self.topic = definition.topic  # None: a topic extractor decides per record
+        self.partitioner = definition.partitioner
+        self.key_serde = definition.key_serde
+        self.value_serde = definition.value_serde
+        self.collector = collector
+        self._definition = definition
+        self._on_serialization_error = on_serialization_error
+
+    def send(self, record: Record) -> None:
+        """Serialize ``record`` and hand it to the collector."""
+        topic = self.topic
+        partition = None
+        if topic is None or self.partitioner is not None:
+            try:
+                topic = self._definition.topic_for(record)
+                if self.partitioner is not None:
+                    partition = self._partition(topic, record)
+            except ProcessingError:
+                raise
+            except Exception as exc:
+                raise sink_error(self.name, exc) from exc
+        try:
+            key = self.key_serde.serialize(record.key)
+        except ProcessingError:
+            raise
+        except Exception as exc:
+            self._on_serialization_error(self, record, exc, "key")
+            return
+        try:
+            value = self.value_serde.serialize(record.value)
+        except ProcessingError:
+            raise
+        except Exception as exc:
+            self._on_serialization_error(self, record, exc, "value")
+            return
+        self.collector.send(
+            OutputRecord(topic, key, value, record.timestamp, record.headers, partition)
+        )
+
+    def _partition(self, topic: str, record: Record) -> int | None:
+        count = self.collector.partition_count(topic)
+        partition = self.partitioner(topic, record.key, record.value, count)  # type: ignore[misc]
+        if partition is not None and not 0 <= partition < count:
+            raise StreamsError(
+                f"partitioner returned partition {partition} for topic {topic!r} "
+                f"with {count} partitions"
+            )
+        return partition
+
+    # ---------------------------------------------------------- raw fast path
+    def takes_raw_from(self, store: KeyValueStore) -> bool:
+        """Whether ``store``'s raw bytes may go out through this sink as they are.
+
+        That is: a fixed topic, no partitioner, and key and value serdes of the store's
+        built-in kind (see ``Serde.passthrough``).
+        """
+        return (
+            self.topic is not None
+            and self.partitioner is None
+            and _same_wire_format(store.key_serde, self.key_serde)
+            and _same_wire_format(store.value_serde, self.value_serde)
+        )
+
+    @staticmethod
+    def passthrough_sinks(
+        targets: Sequence[ProcessorNode], store: KeyValueStore
+    ) -> list[SinkNode] | None:
+        """The sinks of ``targets`` when all are sinks that take ``store``'s raw bytes."""
+        sinks = []
+        for target in targets:
+            sink = target.sink
+            if sink is None or not sink.takes_raw_from(store):
+                return None
+            sinks.append(sink)
+        return sinks
+
+    @staticmethod
+    def send_raw(
+        store: KeyValueStore,
+        entries: Iterator[tuple[bytes, bytes]],
+        timestamp: int,
+        sinks: list[SinkNode],
+    ) -> int:
+        """Produce raw store entries through ``sinks`` (no deserialize/serialize round trip).
+
+        An entry whose bytes the serde does not pass through as they are (e.g. not UTF-8 for
+        a string serde) takes the normal path, so it fails (or not) exactly as ``forward()``
+        would. Returns the number of entries.
+        """
+        key_check = store.key_serde.passthrough_check
+        value_check = store.value_serde.passthrough_check
+        topics = [sink.topic for sink in sinks]
+        send = sinks[0].collector.send
+        topic = topics[0] if len(topics) == 1 else None
+        count = 0
+        for key, value in entries:
+            count += 1
+            if (key_check is None or key_check(key)) and (
+                value_check is None or value_check(value)
+            ):
+                if topic is not None:  # one sink, the usual case
+                    send(OutputRecord(topic, key, value, timestamp, (), None))
+                else:
+                    for each in topics:
+                        send(OutputRecord(each, key, value, timestamp, (), None))  # type: ignore[arg-type]
+                continue
+            typed = store.entry_from_bytes(key, value)
+            record = Record(typed.key, typed.value, timestamp)
+            for sink in sinks:
+                sink.send(record)
+        return count

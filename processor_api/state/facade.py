@@ -1,0 +1,135 @@
+"""Shared plumbing of the typed window and session stores."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from processor_api.errors import StoreError
+from processor_api.logging import get_logger
+from processor_api.serdes import Serde
+from processor_api.state.base import BytesStore
+from processor_api.state.segments import SegmentedBytesStore
+
+_log = get_logger(__name__)
+
+T = TypeVar("T")
+
+INVALID_RANGE_WARNING = (
+    "Returning empty iterator for fetch with invalid key range: from > to. This may be due to "
+    "range arguments set in the wrong order, or serdes that don't preserve ordering when "
+    "lexicographically comparing the serialized bytes. Note that the built-in numerical "
+    "serdes do not follow this for negative numbers"
+)
+
+
+def find_layer(layer: Any, kind: type[T]) -> T | None:
+    """Follow the ``inner`` links of a layer stack down to the first ``kind`` layer."""
+    seen = 0
+    while layer is not None and seen < 16:
+        if isinstance(layer, kind):
+            return layer
+        layer = getattr(layer, "inner", None)
+        seen += 1
+    return None
+
+
+def check_time(store: str, what: str, value: Any) -> int:
+    """``value`` as a non-negative int timestamp, else ``StoreError`` naming store and value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreError(
+            f"state store {store!r}: {what} must be a non-negative int (epoch ms), got {value!r}"
+        )
+    return value
+
+
+class TimeOrderedStore:
+    """Base of the typed window and session stores: serdes, retention and lifecycle.
+
+    The observed stream time is the largest timestamp put so far (window start, session end),
+    or the one the innermost segmented store recorded (after a reopen or a restore).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        bytes_store: BytesStore,
+        key_serde: Serde,
+        value_serde: Serde,
+        retention_period: int,
+    ) -> None:
+        self._name = name
+        self.bytes_store = bytes_store
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.retention_period = retention_period
+        self._segments = find_layer(bytes_store, SegmentedBytesStore)
+        self._observed = -1
+        self._open = True
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        return self._name
+
+    @property
+    def persistent(self) -> bool:
+        """True when the data lives on local disk (RocksDB)."""
+        return self.bytes_store.persistent
+
+    @property
+    def is_open(self) -> bool:
+        """True until :meth:`close`."""
+        return self._open and self.bytes_store.is_open
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The largest timestamp this store has seen (``-1`` before the first write)."""
+        segments = self._segments
+        if segments is not None and segments.observed_stream_time > self._observed:
+            self._observed = segments.observed_stream_time
+        return self._observed
+
+    def _observe(self, timestamp: int) -> int:
+        observed = max(self.observed_stream_time, timestamp)
+        self._observed = observed
+        return observed
+
+    def _expired(self, timestamp: int) -> bool:
+        """Kafka Streams' rule: dropped once ``timestamp <= observed - retention``."""
+        return timestamp <= self.observed_stream_time - self.retention_period
+
+    def _check_open(self) -> None:
+        if not self.is_open:
+            raise StoreError(f"state store {self._name!r} is closed")
+
+    def _key_bytes(self, key: Any, what: str = "key") -> bytes:
+        if key is None:
+            raise StoreError(f"state store {self._name!r}: {what} must not be None")
+        return self.key_serde.serialize(key)  # type: ignore[return-value]
+
+    def _invalid_range(self, lo: bytes | None, hi: bytes | None) -> bool:
+        if lo is not None and hi is not None and lo > hi:
+            _log.warning("store_range_inverted", store=self._name, detail=INVALID_RANGE_WARNING)
+            return True
+        return False
+
+    def approximate_num_entries(self) -> int:
+        """An estimate of the number of stored records (exact for in-memory stores)."""
+        self._check_open()
+        return self.bytes_store.approximate_num_entries()
+
+    def flush(self) -> None:
+        """Flush every layer: the cache (its writes reach the change log), then the store."""
+        self._check_open()
+        self.bytes_store.flush()
+
+    def close(self) -> None:
+        """Close the store and its layers. Idempotent; later use raises ``StoreError``."""
+        if not self._open:
+            return
+        self._open = False
+        self.bytes_store.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"{type(self).__name__}({self._name!r}, {state}, persistent={self.persistent})"

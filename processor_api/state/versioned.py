@@ -1,0 +1,349 @@
+"""Versioned key-value stores (Kafka Streams' ``VersionedKeyValueStore``).
+
+Every put adds a version of the key valid from its timestamp until the next newer version's
+timestamp. The versions live in an ordinary ordered byte store: the stored key is ``0x00`` +
+serialized key + 8-byte big-endian version timestamp, the stored value ``0x01`` + value bytes
+(``0x00`` alone for a tombstone), and one ``0x01``-prefixed entry keeps the observed stream
+time. So the runtime's batch buffer and RocksDB or in-memory stores hold them unchanged.
+
+The change log has Kafka Streams' format (``ChangeLoggingVersionedKeyValueBytesStore``): the
+record key is the serialized key, the value the serialized value (``None`` for a delete) and
+the record timestamp the version's timestamp; :meth:`VersionedBytesStore.restore_batch`
+replays such ``(key, value, timestamp)`` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from processor_api.errors import StoreError
+from processor_api.logging import get_logger
+from processor_api.serdes import Serde
+from processor_api.state.base import BytesStore
+from processor_api.state.changelogging import ChangeRecord
+from processor_api.state.key_schemas import TIMESTAMP_SIZE, pack_long, unpack_long
+from processor_api.state.windowed_types import MAX_TIMESTAMP, VersionedRecord
+
+_log = get_logger(__name__)
+
+PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
+"""``put`` returns this when the new version is the latest one."""
+PUT_RETURN_CODE_NOT_PUT = -(2**63)
+"""``put`` returns this (Java's ``Long.MIN_VALUE``) when the record was older than the grace period."""
+
+_DATA = b"\x00"
+_OBSERVED_KEY = b"\x01observed-stream-time"
+_VALUE = b"\x01"
+_TOMBSTONE = b"\x00"
+
+RawVersion = tuple[bytes | None, int, int | None]
+"""``(value bytes or None for a tombstone, timestamp, valid_to or None)``."""
+
+
+class VersionedBytesStore:
+    """The versioned store over raw bytes, on top of an ordered byte store ``inner``.
+
+    ``history_retention`` bounds both how far back ``get(key, as_of)`` answers and, as in
+    Kafka Streams, the grace period: a put or delete older than the observed stream time minus
+    ``history_retention`` is not applied. Unreachable old versions of a key are deleted
+    when that key is written.
+    """
+
+    def __init__(self, inner: BytesStore, history_retention: int) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.history_retention = history_retention
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the inner store is persistent."""
+        return self.inner.persistent
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the inner store is open."""
+        return self.inner.is_open
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The largest version timestamp written so far (``-1`` before the first)."""
+        stored = self.inner.get(_OBSERVED_KEY)
+        return -1 if stored is None else unpack_long(stored)
+
+    # ------------------------------------------------------------------ reading versions
+
+    @staticmethod
+    def _prefix(key: bytes) -> bytes:
+        return _DATA + key
+
+    def _versions(self, prefix: bytes, low: int, high: int, reverse: bool):
+        size = len(prefix) + TIMESTAMP_SIZE
+        for stored, data in self.inner.range(
+            prefix + pack_long(low), prefix + pack_long(high), reverse
+        ):
+            if len(stored) == size:  # not a longer key sharing these bytes
+                yield unpack_long(stored, len(prefix)), data
+
+    def _first(self, prefix: bytes, low: int, high: int, reverse: bool) -> tuple[int, bytes] | None:
+        if low > high:
+            return None
+        return next(iter(self._versions(prefix, low, high, reverse)), None)
+
+    def _valid_to(self, prefix: bytes, timestamp: int) -> int | None:
+        newer = self._first(prefix, timestamp + 1, MAX_TIMESTAMP, False)
+        return None if newer is None else newer[0]
+
+    def get(self, key: bytes, as_of: int | None = None) -> RawVersion | None:
+        """The latest version, or the one valid at ``as_of``; ``None`` for none or a tombstone."""
+        prefix = self._prefix(key)
+        if as_of is None or as_of < self.observed_stream_time - self.history_retention:
+            # Beyond the history retention only the latest version is still known.
+            latest = self._first(prefix, 0, MAX_TIMESTAMP, True)
+            if latest is None or (as_of is not None and latest[0] > as_of):
+                return None
+            timestamp, data = latest
+            return None if data == _TOMBSTONE else (data[1:], timestamp, None)
+        found = self._first(prefix, 0, as_of, True)
+        if found is None or found[1] == _TOMBSTONE:
+            return None
+        timestamp, data = found
+        return data[1:], timestamp, self._valid_to(prefix, timestamp)
+
+    # ------------------------------------------------------------------ writing versions
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
+        """Add the version; returns its ``valid_to``, ``-1`` if latest, or ``NOT_PUT`` if expired."""
+        observed = self.observed_stream_time
+        if timestamp < observed - self.history_retention:
+            _log.debug(
+                "skipping_expired_version",
+                store=self.name,
+                timestamp=timestamp,
+                observed_stream_time=observed,
+            )
+            return PUT_RETURN_CODE_NOT_PUT
+        prefix = self._prefix(key)
+        writes: list[tuple[bytes, bytes | None]] = [
+            (prefix + pack_long(timestamp), _TOMBSTONE if value is None else _VALUE + value)
+        ]
+        if timestamp > observed:
+            observed = timestamp
+            writes.append((_OBSERVED_KEY, pack_long(observed)))
+        self.inner.put_all(writes)
+        self._drop_unreachable(prefix, observed - self.history_retention)
+        valid_to = self._valid_to(prefix, timestamp)
+        return PUT_RETURN_CODE_VALID_TO_UNDEFINED if valid_to is None else valid_to
+
+    def delete(self, key: bytes, timestamp: int) -> RawVersion | None:
+        """Put a tombstone at ``timestamp``; returns the version valid there before, if any."""
+        if timestamp < self.observed_stream_time - self.history_retention:
+            return None
+        existing = self.get(key, timestamp)
+        self.put(key, None, timestamp)
+        return existing
+
+    def _drop_unreachable(self, prefix: bytes, cutoff: int) -> None:
+        """Delete the versions no query can reach: superseded at or before ``cutoff``."""
+        if cutoff <= 0:
+            return
+        doomed: list[tuple[bytes, bytes | None]] = []
+        previous: int | None = None
+        for timestamp, data in self._versions(prefix, 0, MAX_TIMESTAMP, False):
+            if previous is not None:
+                if timestamp > cutoff:
+                    break
+                doomed.append((prefix + pack_long(previous), None))
+            previous = timestamp
+            last_data = data
+        else:
+            # Every version was superseded (or the key has none): a lone old tombstone goes too.
+            if previous is not None and previous <= cutoff and last_data == _TOMBSTONE:
+                doomed.append((prefix + pack_long(previous), None))
+        if doomed:
+            self.inner.put_all(doomed)
+
+    def restore_batch(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        """Replay changelog records ``(key, value, timestamp)`` in order, as puts."""
+        for key, value, timestamp in records:
+            self.put(key, value, timestamp)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self) -> None:
+        """Flush the inner store."""
+        self.inner.flush()
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()
+
+
+class ChangeLoggingVersionedBytesStore:
+    """Records every applied put and delete of ``inner`` as a Kafka Streams changelog record."""
+
+    def __init__(self, inner: VersionedBytesStore) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._changes: list[ChangeRecord] = []
+
+    persistent = property(lambda self: self.inner.persistent, doc="Whether data is on disk.")
+    is_open = property(lambda self: self.inner.is_open, doc="Whether the inner store is open.")
+
+    @property
+    def pending_change_count(self) -> int:
+        """Number of change records not yet drained."""
+        return len(self._changes)
+
+    def drain_changes(self) -> list[ChangeRecord]:
+        """Return the pending change records, oldest first, and forget them."""
+        changes, self._changes = self._changes, []
+        return changes
+
+    def get(self, key: bytes, as_of: int | None = None) -> RawVersion | None:
+        """Read from the inner store."""
+        return self.inner.get(key, as_of)
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
+        """Put into the inner store; log the record unless it was too old to be applied."""
+        result = self.inner.put(key, value, timestamp)
+        if result != PUT_RETURN_CODE_NOT_PUT:
+            self._changes.append(ChangeRecord(key, value, timestamp))
+        return result
+
+    def delete(self, key: bytes, timestamp: int) -> RawVersion | None:
+        """Delete in the inner store and log a tombstone stamped ``timestamp``."""
+        if timestamp < self.inner.observed_stream_time - self.inner.history_retention:
+            return None
+        existing = self.inner.delete(key, timestamp)
+        self._changes.append(ChangeRecord(key, None, timestamp))
+        return existing
+
+    def flush(self) -> None:
+        """Flush the inner store (pending change records stay until drained)."""
+        self.inner.flush()
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()
+
+
+class VersionedKeyValueStore:
+    """A key-value store keeping each key's versions by timestamp, for ``history_retention`` ms.
+
+    ``put(key, value, timestamp)`` returns the new version's ``valid_to`` (the next newer
+    version's timestamp), ``PUT_RETURN_CODE_VALID_TO_UNDEFINED`` (-1) when it is the latest,
+    or ``PUT_RETURN_CODE_NOT_PUT`` when ``timestamp`` is older than the observed stream time
+    minus the history retention (the grace period). ``value=None`` puts a tombstone.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        bytes_store: VersionedBytesStore | ChangeLoggingVersionedBytesStore,
+        key_serde: Serde,
+        value_serde: Serde,
+        history_retention: int,
+    ) -> None:
+        self._name = name
+        self.bytes_store = bytes_store
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.history_retention = history_retention
+        self._open = True
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        return self._name
+
+    @property
+    def persistent(self) -> bool:
+        """True when the data lives on local disk (RocksDB)."""
+        return self.bytes_store.persistent
+
+    @property
+    def is_open(self) -> bool:
+        """True until :meth:`close`."""
+        return self._open and self.bytes_store.is_open
+
+    def _check_open(self) -> None:
+        if not self.is_open:
+            raise StoreError(f"state store {self._name!r} is closed")
+
+    def _key(self, key: Any) -> bytes:
+        self._check_open()
+        if key is None:
+            raise StoreError(f"state store {self._name!r}: key must not be None")
+        return self.key_serde.serialize(key)  # type: ignore[return-value]
+
+    def _timestamp(self, what: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise StoreError(
+                f"state store {self._name!r}: {what} must be a non-negative int (epoch ms), "
+                f"got {value!r}"
+            )
+        return value
+
+    def _record(self, raw: RawVersion | None) -> VersionedRecord | None:
+        if raw is None:
+            return None
+        data, timestamp, valid_to = raw
+        return VersionedRecord(self.value_serde.deserialize(data), timestamp, valid_to)
+
+    def put(self, key: Any, value: Any, timestamp: int) -> int:
+        """Add a version of ``key`` valid from ``timestamp`` (``value=None``: a tombstone)."""
+        key_bytes = self._key(key)
+        timestamp = self._timestamp("timestamp", timestamp)
+        result = self.bytes_store.put(key_bytes, self.value_serde.serialize(value), timestamp)
+        if result == PUT_RETURN_CODE_NOT_PUT:
+            _log.warning("skipping_record_for_expired_put", store=self._name, timestamp=timestamp)
+        return result
+
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord | None:
+        """The latest version of ``key``, or the one valid at ``as_of_timestamp``.
+
+        ``None`` when there is none, when it is a tombstone, or when ``as_of_timestamp`` is
+        beyond the history retention and the latest version is newer than it.
+        """
+        key_bytes = self._key(key)
+        if as_of_timestamp is not None:
+            if isinstance(as_of_timestamp, bool) or not isinstance(as_of_timestamp, int):
+                raise StoreError(
+                    f"state store {self._name!r}: as_of_timestamp must be an int (epoch ms), "
+                    f"got {as_of_timestamp!r}"
+                )
+            if as_of_timestamp < 0:
+                return None
+        return self._record(self.bytes_store.get(key_bytes, as_of_timestamp))
+
+    def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
+        """Put a tombstone at ``timestamp``; return the version valid there before, or ``None``.
+
+        Nothing happens (and ``None`` is returned) when ``timestamp`` is older than the grace
+        period.
+        """
+        key_bytes = self._key(key)
+        timestamp = self._timestamp("timestamp", timestamp)
+        return self._record(self.bytes_store.delete(key_bytes, timestamp))
+
+    def flush(self) -> None:
+        """Flush the store."""
+        self._check_open()
+        self.bytes_store.flush()
+
+    def close(self) -> None:
+        """Close the store. Idempotent; later use raises ``StoreError``."""
+        if not self._open:
+            return
+        self._open = False
+        self.bytes_store.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"VersionedKeyValueStore({self._name!r}, {state}, persistent={self.persistent})"
+
+
+def restore_writer(inner: BytesStore, history_retention: int) -> Callable[[list], None]:
+    """A changelog replay function writing ``(key, value, timestamp)`` records into ``inner``."""
+    return VersionedBytesStore(inner, history_retention).restore_batch

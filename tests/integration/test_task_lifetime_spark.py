@@ -1,0 +1,126 @@
+"""A task lives across micro-batches on Spark, as a Kafka Streams task lives across polls
+(issue 11): ``init()`` runs once per task lifetime however many micro-batches there are, again
+only when the task is rebuilt (here: the state dir deleted between two runs), and the
+schedules it registers resume their persisted due times: no punctuation skipped or repeated.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter, defaultdict
+
+import pytest
+
+from processor_api.kafka.producer import DeliveryTracker, make_producer
+from processor_api.serdes import Serdes
+from processor_api.spark.runner import TopologyRunner
+from tests.integration.conftest import TopicReader, settings_for, uid
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+INTERVAL_MS = 5_000
+BATCH = 300  # records per micro-batch: each run takes many micro-batches
+
+
+def _records(first: int, count: int) -> list[tuple[bytes, bytes, int]]:
+    """Record ``i`` goes to partition ``i % 3`` with key ``k<i % 7>`` and timestamp ``(i + 1) * 100`` (librdkafka turns 0 into now)."""
+    return [
+        (f"k{i % 7}".encode(), f"v{i}".encode(), i % PARTITIONS)
+        for i in range(first, first + count)
+    ]
+
+
+def _expected_ticks(timestamps: list[int]) -> list[int]:
+    """Stream-time punctuation of one task (Kafka Streams' rule, see DESIGN section 4)."""
+    due, stream_time, fired = 0, -1, []
+    for timestamp in timestamps:
+        stream_time = max(stream_time, timestamp)
+        if stream_time >= due:
+            fired.append(stream_time)
+            due = (stream_time // INTERVAL_MS + 1) * INTERVAL_MS
+    return fired
+
+
+def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
+    tracker = DeliveryTracker(make_producer(bootstrap))
+    for i, (key, value, partition) in zip(
+        range(first, first + count), _records(first, count), strict=True
+    ):
+        tracker.produce(topic, key, value, partition=partition, timestamp=(i + 1) * 100)
+    tracker.flush_and_check(30)
+
+
+def _run(kafka, spark, tmp_path, app_id, topics, log_path) -> int:
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        app_id,
+        tmp_path / "state",
+        checkpoint_dir=str(tmp_path / "checkpoint"),
+        available_now=True,
+        max_records_per_batch=BATCH,
+    )
+    runner = TopologyRunner(
+        "tests.integration.topologies_for_tests:build_lifetime",
+        settings,
+        topology_kwargs={**topics, "log_path": str(log_path), "interval_ms": INTERVAL_MS},
+        spark=spark,
+    )
+    result = runner.run()
+    return result.restored
+
+
+def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp_path):
+    run_id = uid()
+    topics = {
+        "input_topic": f"life-in-{run_id}",
+        "ticks_topic": f"life-ticks-{run_id}",
+        "counts_topic": f"life-counts-{run_id}",
+    }
+    kafka.create_topic(topics["input_topic"], PARTITIONS)
+    kafka.create_topic(topics["ticks_topic"], 1)
+    kafka.create_topic(topics["counts_topic"], 1)
+    log_path = tmp_path / "lifecycle.log"
+    app_id = f"life-{run_id}"
+
+    first_run, second_run = 3_000, 1_500
+    _produce(kafka.bootstrap_servers, topics["input_topic"], 0, first_run)
+    _run(kafka, spark, tmp_path, app_id, topics, log_path)
+
+    events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
+    tasks = [f"0_{p}" for p in range(PARTITIONS)]
+    # 3,000 records at 300 per micro-batch: ten micro-batches, one init and one close per task
+    assert {task: events[("init", task)] for task in tasks} == dict.fromkeys(tasks, 1)
+    assert {task: events[("close", task)] for task in tasks} == dict.fromkeys(tasks, 1)
+
+    # the local state goes; the Spark checkpoint (elsewhere) stays: tasks are rebuilt
+    shutil.rmtree(tmp_path / "state")
+    _produce(kafka.bootstrap_servers, topics["input_topic"], first_run, second_run)
+    restored = _run(kafka, spark, tmp_path, app_id, topics, log_path)
+
+    events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
+    assert {task: events[("init", task)] for task in tasks} == dict.fromkeys(tasks, 2)
+    assert restored > 0
+
+    total = first_run + second_run
+    long = Serdes.long()
+    expected = {
+        f"0_{p}": _expected_ticks([(i + 1) * 100 for i in range(total) if i % PARTITIONS == p])
+        for p in range(PARTITIONS)
+    }
+    with TopicReader(
+        kafka.bootstrap_servers, topics["ticks_topic"], bytes.decode, long.deserialize
+    ) as ticks:
+        # both runs finished before reading: everything they produced is on the broker
+        fired = ticks.wait_for(lambda r: len(r) >= sum(map(len, expected.values())), timeout_s=30)
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for key, value, *_ in fired:
+        by_task[key].append(value)
+    assert dict(by_task) == expected
+
+    with TopicReader(
+        kafka.bootstrap_servers, topics["counts_topic"], bytes.decode, long.deserialize
+    ) as counts:
+        seen = counts.wait_for(lambda r: len(r) >= total, timeout_s=30)
+    final = {key: value for key, value, *_ in seen}
+    assert final == Counter(f"0_{i % PARTITIONS}/k{i % 7}" for i in range(total))
