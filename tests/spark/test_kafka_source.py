@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -31,12 +30,9 @@ from processor_api.spark.kafka_source import (  # noqa: E402
     plan_ranges,
     read_range,
 )
+from tests.harness.topics import uid  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def _reader(kafka, topic: str, **options: str) -> KafkaStreamReader:
@@ -147,7 +143,7 @@ def test_options_are_validated():
 
 # --------------------------------------------------------------------- reader + real broker only
 def test_planned_range_replays_identically_and_honours_the_limit(kafka):
-    topic = _topic("src-replay")
+    topic = uid("src-replay")
     kafka.create_topic(topic, 2)
     rec = _Recorder(kafka.bootstrap_servers)
     for i in range(12):
@@ -168,7 +164,7 @@ def test_planned_range_replays_identically_and_honours_the_limit(kafka):
 
 
 def test_read_committed_stops_at_control_records_and_the_last_stable_offset(kafka):
-    topic = _topic("src-txn")
+    topic = uid("src-txn")
     kafka.create_topic(topic, 1)
     producer = Producer(
         {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{topic}"}
@@ -204,7 +200,7 @@ def test_read_committed_stops_at_control_records_and_the_last_stable_offset(kafk
 
 
 def test_unreachable_offsets_fail_with_coordinates(kafka):
-    topic = _topic("src-timeout")
+    topic = uid("src-timeout")
     kafka.create_topic(topic, 1)
     rec = _Recorder(kafka.bootstrap_servers)
     rec.produce(topic, 0, b"k", b"v", 1)
@@ -222,7 +218,7 @@ def test_unreachable_offsets_fail_with_coordinates(kafka):
 def test_partitions_missing_from_the_start_offset_are_registered_then_read(kafka):
     """A partition unknown to the checkpointed offset (e.g. added to the topic later) is first
     recorded at its earliest offset, then read from there in the next micro-batch."""
-    topic = _topic("src-newpart")
+    topic = uid("src-newpart")
     kafka.create_topic(topic, 2)
     rec = _Recorder(kafka.bootstrap_servers)
     for p in (0, 1):
@@ -279,7 +275,7 @@ def _run_available_now(spark, checkpoint, options: dict[str, str]) -> list[list[
 
 
 def test_stream_reads_every_field(kafka, source_spark, tmp_path):
-    topic = _topic("src-fields")
+    topic = uid("src-fields")
     kafka.create_topic(topic, 3)
     rec = _Recorder(kafka.bootstrap_servers)
     for i in range(30):
@@ -300,7 +296,7 @@ def test_stream_reads_every_field(kafka, source_spark, tmp_path):
 
 
 def test_stream_max_records_per_batch_covers_everything_once(kafka, source_spark, tmp_path):
-    topic = _topic("src-limit")
+    topic = uid("src-limit")
     kafka.create_topic(topic, 3)
     rec = _Recorder(kafka.bootstrap_servers)
     for p, count in ((0, 15), (1, 7), (2, 3)):
@@ -327,7 +323,7 @@ def test_stream_max_records_per_batch_covers_everything_once(kafka, source_spark
 
 def test_stream_reads_past_tansu_list_offsets_in_one_batch(kafka, source_spark, tmp_path):
     """15 records in two produce batches: Tansu's ListOffsets says 11, the source must plan 15."""
-    topic = _topic("src-tansu")
+    topic = uid("src-tansu")
     kafka.create_topic(topic, 1)
     rec = _Recorder(kafka.bootstrap_servers, **{"linger.ms": 100})
     for size in (10, 5):
@@ -346,7 +342,7 @@ def test_stream_reads_past_tansu_list_offsets_in_one_batch(kafka, source_spark, 
 
 def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, tmp_path):
     """``end.offsets`` captured at start: records produced later are never read."""
-    topic = _topic("src-bound")
+    topic = uid("src-bound")
     kafka.create_topic(topic, 2)
     rec = _Recorder(kafka.bootstrap_servers)
     for i in range(8):
@@ -388,7 +384,7 @@ def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, t
 
 
 def test_unknown_topic_fails_the_query_with_its_name(kafka, source_spark, tmp_path):
-    missing = _topic("src-missing")
+    missing = uid("src-missing")
     query = (
         source_spark.readStream.format(SOURCE_NAME)
         .option("bootstrap.servers", kafka.bootstrap_servers)
