@@ -65,15 +65,7 @@ def _check_output(bootstrap, topics, sales, guarantee, state_dir, app_id):
 
 def _stop_when_processed(run: CliRun, total: int, timeout_s: float) -> int:
     """Wait until the run's batches processed ``total`` records, then SIGTERM it."""
-    deadline = time.monotonic() + timeout_s
-    while run.processed() < total:
-        if not run.is_alive():
-            raise AssertionError(f"the run ended early; {run.tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not all {total} records processed in {timeout_s:g}s; {run.tail()}"
-            )
-        time.sleep(0.2)
+    run.wait_processed(total, timeout_s)
     run.signal(signal.SIGTERM)
     return run.wait(120)
 
@@ -151,13 +143,16 @@ def test_available_now_refuses_a_continuous_runs_checkpoint_clearly(kafka, tmp_p
         code = second.wait(300)
     assert code == 2, second.tail()
     assert "written by a continuous run" in second.error_line(), second.error_line()
-    # the right mode resumes (the first run may have processed everything already, so this
-    # waits for the query to run a few triggers rather than for records)
+    # the right mode resumes: with new input (the first run may have processed everything
+    # already), it processes all the first run left and the new records, then stops cleanly
+    more = make_sales(300, 20, seed=17, start_ts=1_800_000_000_000)
+    produce_sales(bootstrap, topics["input_topic"], more)
     with CliRun(args(False), tmp_path / "run-3.log") as third:
         third.wait_event("query_started", 300)
-        time.sleep(5)
+        third.wait_processed(len(sales) + len(more) - first.processed(), 300)
         third.signal(signal.SIGTERM)
         assert third.wait(120) == 0, third.tail()
+    assert "run_failed" not in third.names()
 
 
 def test_sigterm_to_the_whole_process_group_stops_cleanly(kafka, tmp_path):
@@ -299,11 +294,7 @@ def test_a_second_run_with_the_same_application_id_and_state_dir_is_refused(kafk
         first.wait_event(
             lambda e: e.name == "batch_done" and e.event["records"] > 0, 120, after=mark
         )
-        processed = first.processed()
-        deadline = time.monotonic() + 120
-        while processed < len(first_sales) + len(more) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            processed = first.processed()
+        first.wait_processed(len(first_sales) + len(more), 120)
         first.signal(signal.SIGTERM)
         assert first.wait(120) == 0, first.tail()
     assert "run_failed" not in first.names()

@@ -6,6 +6,7 @@ broker; the streaming-query tests share the session's SparkSession.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -348,11 +349,12 @@ def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, t
     for i in range(8):
         rec.produce(topic, i % 2, b"early", b"%d" % i, 1 + i)
     rec.flush()
-    bound = f'{{"{topic}": {{"0": 4, "1": 4}}}}'
+    bound = {topic: {"0": 4, "1": 4}}
     for i in range(6):
         rec.produce(topic, i % 2, b"late", b"%d" % i, 100 + i)
     rec.flush()
 
+    ends = {topic: {str(p): 1 + max(r[2] for r in rec.sent if r[1] == p) for p in (0, 1)}}
     seen: list[tuple] = []
     batch_ids: list[int] = []
 
@@ -360,23 +362,45 @@ def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, t
         batch_ids.append(batch_id)
         seen.extend(_as_tuple(row.asDict(recursive=True)) for row in frame.collect())
 
-    query = (
-        source_spark.readStream.format(SOURCE_NAME)
-        .option("bootstrap.servers", kafka.bootstrap_servers)
-        .option("topics", topic)
-        .option("end.offsets", bound)
-        .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    def bounded_idle_triggers() -> list[dict]:
+        """Triggers that saw the late records (the source's latest offsets are past the
+        bound) and planned nothing: the bound held while there was more to read."""
+        return [
+            progress
+            for progress in query.recentProgress
+            for source in progress["sources"]
+            if progress["numInputRows"] == 0
+            and json.loads(source["endOffset"]) == bound
+            and json.loads(source.get("latestOffset") or "null") == ends
+        ]
+
+    # a progress report for every trigger, also those without data (Spark's default: at most
+    # one every 10 s); read when the query starts
+    interval = "spark.sql.streaming.noDataProgressEventInterval"
+    source_spark.conf.set(interval, "0")
+    try:
+        query = (
+            source_spark.readStream.format(SOURCE_NAME)
+            .option("bootstrap.servers", kafka.bootstrap_servers)
+            .option("topics", topic)
+            .option("end.offsets", json.dumps(bound))
+            .load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+    finally:
+        source_spark.conf.unset(interval)
     try:
         deadline = time.monotonic() + 30
         while len(seen) < 8 and time.monotonic() < deadline and query.isActive:
             time.sleep(0.1)
-        time.sleep(1.5)  # several more triggers: nothing past the bound may arrive
+        # several more triggers, each offered records past the bound, read none of them
+        while len(bounded_idle_triggers()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert query.exception() is None
+        assert len(bounded_idle_triggers()) >= 3, query.recentProgress
     finally:
         query.stop()
     assert sorted(row[4] for row in seen) == [b"early"] * 8
