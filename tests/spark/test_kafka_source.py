@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 # ``python3`` is on PATH; read when the session fixture creates the SparkContext.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from pyspark.errors.exceptions.captured import StreamingQueryException  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from processor_api.errors import ConfigError, SourceReadError  # noqa: E402
@@ -419,7 +421,11 @@ def test_unknown_topic_fails_the_query_with_its_name(kafka, source_spark, tmp_pa
         .trigger(availableNow=True)
         .start()
     )
-    with pytest.raises(Exception, match=missing):
+    # the source's error, raised in prepareForTriggerAvailableNow, fails the query
+    error = (
+        f"MissingTopicError: source topic(s) '{missing}' do not exist on {kafka.bootstrap_servers}"
+    )
+    with pytest.raises(StreamingQueryException, match=re.escape(error)):
         query.awaitTermination(60)
     query.stop()
     topics = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=5)
