@@ -1,10 +1,16 @@
-"""Shared fixtures: one embedded broker and one SparkSession per test session."""
+"""Shared fixtures: one embedded broker and one SparkSession per test session.
+
+The helpers they and the tests use are the modules of ``tests/harness``.
+"""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+
+# the harness's own asserts report like the tests' (must come before anything imports it)
+pytest.register_assert_rewrite("tests.harness")
 
 
 @pytest.fixture(scope="session")

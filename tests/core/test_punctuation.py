@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 
 from processor_api import Processor, PunctuationType, Record, Serdes, Stores, Topology
 from processor_api.engine.punctuation import next_due_after
+from processor_api.errors import ProcessingError
 from processor_api.testing import TopologyTestDriver
 
 
@@ -131,8 +133,17 @@ def test_default_punctuate_method_is_called_without_punctuator():
     assert fired == [500, 1000, 2500]
 
 
-@pytest.mark.parametrize("bad", [0, -5, timedelta(0), "10", 1.5])
-def test_invalid_intervals_are_rejected(bad):
+@pytest.mark.parametrize(
+    ("bad", "cause", "reason"),
+    [
+        (0, ValueError, "must be at least 1 ms, got 0"),
+        (-5, ValueError, "must be at least 1 ms, got -5"),
+        (timedelta(0), ValueError, "must be at least 1 ms, got datetime.timedelta(0)"),
+        ("10", TypeError, "must be int milliseconds or timedelta, got '10'"),
+        (1.5, TypeError, "must be int milliseconds or timedelta, got 1.5"),
+    ],
+)
+def test_invalid_intervals_are_rejected(bad, cause, reason):
     class Bad(Processor):
         def init(self, context):
             context.schedule(bad, PunctuationType.STREAM_TIME, lambda ts: None)
@@ -141,8 +152,12 @@ def test_invalid_intervals_are_rejected(bad):
             pass
 
     topology = Topology().add_source("s", "in").add_processor("p", Bad, "s")
-    with pytest.raises(Exception, match="interval|processor"):
+    message = (
+        f"init() raised {cause.__name__}: punctuation interval {reason} (task=0_0, processor=p)"
+    )
+    with pytest.raises(ProcessingError, match=re.escape(message)) as raised:
         TopologyTestDriver(topology)
+    assert type(raised.value.__cause__) is cause
 
 
 def test_punctuation_forward_reaches_sink_with_punctuation_context():

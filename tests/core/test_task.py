@@ -19,6 +19,7 @@ from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
 from processor_api.engine.task import Task
+from processor_api.errors import StoreError
 
 
 class Clock:
@@ -294,7 +295,11 @@ def test_get_state_store_only_for_connected_processors():
             "owner",
         )
     )
-    with pytest.raises(Exception, match="peeker.*'private'.*not connected"):
+    with pytest.raises(
+        StoreError,
+        match=r"processor 'peeker' cannot access state store 'private': it is not connected "
+        r"to this processor \(connected stores: \[\]\)",
+    ):
         make_task(top, Clock()).initialize()
 
 

@@ -11,12 +11,12 @@ import pytest
 
 from processor_api.serdes import Serdes
 from processor_api.testing.embedded import free_port
-from tests.integration.conftest import TopicReader, produce, run_cli, uid
+from tests.harness.processes import run_cli
+from tests.harness.topics import TopicReader, produce, uid
+from tests.harness.word_count import WORD_COUNT
 from topologies.word_count import split_words
 
 pytestmark = pytest.mark.integration
-
-WORD_COUNT = "topologies.word_count:build_topology"
 
 
 def _error_line(stderr: str) -> str:

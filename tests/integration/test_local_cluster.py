@@ -19,7 +19,9 @@ import pytest
 
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
-from tests.integration.conftest import WORD_COUNT_LINES, TopicReader, run_cli, uid
+from tests.harness.processes import run_cli
+from tests.harness.topics import TopicReader, uid
+from tests.harness.word_count import WORD_COUNT, WORD_COUNT_LINES
 from topologies.word_count import split_words
 
 pytestmark = pytest.mark.integration
@@ -73,7 +75,7 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
     cluster_app = f"lc-cluster-{run_id}"
     marker = f"-Dprocessor_api.test.run={run_id}"
     args = [
-        "topologies.word_count:build_topology",
+        WORD_COUNT,
         "--bootstrap-servers",
         kafka.bootstrap_servers,
         "--application-id",

@@ -11,7 +11,8 @@ import pytest
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
 from processor_api.state.manager import wipe_application_state
-from tests.integration.conftest import BackgroundRun, TopicReader, produce, settings_for, uid
+from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.topics import TopicReader, produce, uid
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,9 @@ import pytest
 
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
-from tests.integration.conftest import BackgroundRun, TopicReader, produce, settings_for, uid
+from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.topics import TopicReader, produce, uid
+from tests.harness.wire import high_watermarks
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +49,11 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
         ) as run:
             out.wait_for(lambda records: len(records) >= 2, timeout_s=30, while_alive=run)
             elapsed = time.monotonic() - run.started
-            time.sleep(1.5)  # a third (wrong) notification would show up now
             result = run.stop()
+        # the run stopped after a batch that processed all five events (result.records
+        # below): every notification it will ever write is in the topic now; a third (wrong)
+        # one would be among what the reader has once it read up to the end
+        out.wait_until_read(high_watermarks(kafka.bootstrap_servers, output_topic, 3), 30)
 
     print(f"notifications after {elapsed:.1f}s, stop took {run.stop_s:.1f}s, {result}")
     assert elapsed < 30

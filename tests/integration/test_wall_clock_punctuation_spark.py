@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from processor_api.serdes import Serdes
-from tests.integration.conftest import BackgroundRun, TopicReader, produce, settings_for, uid
+from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.topics import TopicReader, produce, uid
 
 pytestmark = pytest.mark.integration
 

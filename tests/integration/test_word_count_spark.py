@@ -1,8 +1,9 @@
 """Word count (issue 3, item 2): two sub-topologies joined by a repartition topic, on Spark.
 
-The run itself is the session fixture ``word_count_local`` (conftest.py): 9 lines on a
-3-partition input topic, continuous run on the shared local SparkSession until every count
-arrived, then ``request_stop()``. ``test_local_cluster`` compares its result with this one.
+The run itself is the session fixture ``word_count_local`` (``tests/integration/conftest.py``,
+built by ``tests.harness.word_count``): 9 lines on a 3-partition input topic, continuous run on
+the shared local SparkSession until every count arrived, then ``request_stop()``.
+``test_local_cluster`` compares its result with this one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
-from tests.integration.conftest import WORD_COUNT_LINES
+from tests.harness.word_count import WORD_COUNT_LINES
 from topologies.word_count import split_words
 
 pytestmark = pytest.mark.integration

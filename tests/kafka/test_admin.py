@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
@@ -16,10 +15,7 @@ from processor_api.kafka.admin import (
     topic_partitions,
 )
 from processor_api.testing.embedded import free_port
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+from tests.harness.topics import uid
 
 
 def _all_topics(bootstrap: str) -> set[str]:
@@ -40,14 +36,14 @@ def test_check_broker_on_closed_port_fails_fast_naming_the_address():
 
 
 def test_topic_partitions_counts(kafka):
-    a, b = _topic("adm-a"), _topic("adm-b")
+    a, b = uid("adm-a"), uid("adm-b")
     kafka.create_topic(a, 3)
     kafka.create_topic(b, 1)
     assert topic_partitions(kafka.bootstrap_servers, [a, b]) == {a: 3, b: 1}
 
 
 def test_topic_partitions_names_missing_topics_without_creating_them(kafka):
-    present, missing1, missing2 = _topic("adm-p"), _topic("adm-m1"), _topic("adm-m2")
+    present, missing1, missing2 = uid("adm-p"), uid("adm-m1"), uid("adm-m2")
     kafka.create_topic(present, 2)
     with pytest.raises(MissingTopicError) as caught:
         topic_partitions(kafka.bootstrap_servers, [present, missing1, missing2])
@@ -58,7 +54,7 @@ def test_topic_partitions_names_missing_topics_without_creating_them(kafka):
 
 
 def test_ensure_topics_creates_compacted_changelogs_and_is_idempotent(kafka):
-    changelog, plain = _topic("app-store-changelog"), _topic("adm-plain")
+    changelog, plain = uid("app-store-changelog"), uid("adm-plain")
     specs = [(changelog, 4, {"cleanup.policy": "compact"}), TopicSpec(plain, 2)]
     created = ensure_topics(kafka.bootstrap_servers, specs)
     assert sorted(created) == sorted([changelog, plain])
@@ -76,14 +72,14 @@ def test_ensure_topics_creates_compacted_changelogs_and_is_idempotent(kafka):
 
 
 def test_ensure_topics_creates_only_the_missing_ones(kafka):
-    existing, new = _topic("adm-old"), _topic("adm-new")
+    existing, new = uid("adm-old"), uid("adm-new")
     kafka.create_topic(existing, 3)
     assert ensure_topics(kafka.bootstrap_servers, [(existing, 3, None), (new, 1, None)]) == [new]
     assert topic_partitions(kafka.bootstrap_servers, [new]) == {new: 1}
 
 
 def test_ensure_topics_rejects_a_partition_count_mismatch(kafka):
-    name = _topic("adm-mismatch")
+    name = uid("adm-mismatch")
     kafka.create_topic(name, 2)
     with pytest.raises(TopicMismatchError, match=rf"{name}.*2 partition\(s\) but 3 are required"):
         ensure_topics(kafka.bootstrap_servers, [(name, 3, {"cleanup.policy": "compact"})])

@@ -6,7 +6,6 @@ import os
 import socket
 import stat
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,7 @@ from confluent_kafka.admin import AdminClient
 from processor_api.errors import BrokerUnavailableError, StreamsError
 from processor_api.kafka.admin import check_broker, topic_partitions
 from processor_api.testing.embedded import EmbeddedKafka, free_port, tansu_binary
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+from tests.harness.topics import uid
 
 
 def _alive(pid: int) -> bool:
@@ -64,7 +60,7 @@ def test_session_broker_answers_metadata(kafka):
 
 
 def test_create_topic_waits_until_every_partition_has_a_leader(kafka):
-    name = _topic("emb")
+    name = uid("emb")
     kafka.create_topic(name, 5, {"cleanup.policy": "compact"})
     # Straight after create_topic returns, a fresh client sees all partitions with leaders.
     metadata = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=5)
@@ -75,7 +71,7 @@ def test_create_topic_waits_until_every_partition_has_a_leader(kafka):
 
 
 def test_create_existing_topic_is_an_error_naming_it(kafka):
-    name = _topic("emb-dup")
+    name = uid("emb-dup")
     kafka.create_topic(name, 1)
     with pytest.raises(StreamsError, match=name):
         kafka.create_topic(name, 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
@@ -11,10 +10,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from processor_api.errors import MissingTopicError, StreamsError
 from processor_api.kafka.offsets import beginning_offsets, end_offsets
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+from tests.harness.topics import uid
 
 
 def _produce_batches(bootstrap: str, topic: str, partition: int, batches: list[int]) -> None:
@@ -34,7 +30,7 @@ def _raw_list_offsets_latest(bootstrap: str, topic: str, partition: int) -> int:
 
 def test_tansu_list_offsets_reports_last_batch_base_plus_one(kafka):
     """Documents the deviation the workaround exists for (fails once Tansu is fixed)."""
-    topic = _topic("off-dev")
+    topic = uid("off-dev")
     kafka.create_topic(topic, 1)
     _produce_batches(kafka.bootstrap_servers, topic, 0, [10, 5])
     assert _raw_list_offsets_latest(kafka.bootstrap_servers, topic, 0) == 11  # Kafka: 15
@@ -42,7 +38,7 @@ def test_tansu_list_offsets_reports_last_batch_base_plus_one(kafka):
 
 
 def test_end_offsets_of_several_partitions_and_batch_layouts(kafka):
-    topic = _topic("off-multi")
+    topic = uid("off-multi")
     kafka.create_topic(topic, 4)
     _produce_batches(kafka.bootstrap_servers, topic, 0, [10, 5])
     _produce_batches(kafka.bootstrap_servers, topic, 1, [7])
@@ -58,7 +54,7 @@ def test_end_offsets_of_several_partitions_and_batch_layouts(kafka):
 
 
 def test_end_offsets_accepts_topic_partitions_and_a_config_dict(kafka):
-    topic = _topic("off-cfg")
+    topic = uid("off-cfg")
     kafka.create_topic(topic, 2)
     _produce_batches(kafka.bootstrap_servers, topic, 1, [3, 4])
     result = end_offsets(
@@ -70,7 +66,7 @@ def test_end_offsets_accepts_topic_partitions_and_a_config_dict(kafka):
 
 
 def test_end_offsets_follow_new_records(kafka):
-    topic = _topic("off-grow")
+    topic = uid("off-grow")
     kafka.create_topic(topic, 1)
     _produce_batches(kafka.bootstrap_servers, topic, 0, [4])
     assert end_offsets(kafka.bootstrap_servers, [(topic, 0)]) == {(topic, 0): 4}
@@ -79,13 +75,13 @@ def test_end_offsets_follow_new_records(kafka):
 
 
 def test_read_committed_end_stops_at_an_open_transaction(kafka):
-    topic = _topic("off-txn")
+    topic = uid("off-txn")
     kafka.create_topic(topic, 1)
     _produce_batches(kafka.bootstrap_servers, topic, 0, [3])  # offsets 0..2
     producer = Producer(
         {
             "bootstrap.servers": kafka.bootstrap_servers,
-            "transactional.id": _topic("off-tid"),
+            "transactional.id": uid("off-tid"),
             "linger.ms": 5,
         }
     )
@@ -103,7 +99,7 @@ def test_read_committed_end_stops_at_an_open_transaction(kafka):
 
 
 def test_many_partitions_in_bounded_time(kafka):
-    topic = _topic("off-many")
+    topic = uid("off-many")
     kafka.create_topic(topic, 48)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
     for i in range(48 * 20):
@@ -117,7 +113,7 @@ def test_many_partitions_in_bounded_time(kafka):
 
 
 def test_missing_topic_or_partition_is_named_and_not_created(kafka):
-    topic, missing = _topic("off-present"), _topic("off-missing")
+    topic, missing = uid("off-present"), uid("off-missing")
     kafka.create_topic(topic, 2)
     with pytest.raises(MissingTopicError, match=missing):
         end_offsets(kafka.bootstrap_servers, [(topic, 0), (missing, 0)])

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from processor_api.kafka.partitioner import default_partition, murmur2, to_positive
 from processor_api.kafka.producer import make_producer
+from tests.harness.topics import uid
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2 (apache/kafka, clients module).
 KAFKA_UTILS_TEST_VECTORS = {
@@ -48,7 +47,7 @@ def test_default_partition():
 
 
 def test_librdkafka_murmur2_random_puts_keys_where_java_would(kafka):
-    topic = f"part-{uuid.uuid4().hex[:10]}"
+    topic = uid("part")
     partitions = 7
     kafka.create_topic(topic, partitions)
     producer = make_producer(kafka.bootstrap_servers)

@@ -3,60 +3,27 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from processor_api.errors import DeliveryError, StreamsError
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.testing.embedded import free_port
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+from tests.harness.topics import read_topic, uid
 
 
 def _read(bootstrap: str, topic: str, partition: int, isolation: str = "read_uncommitted"):
     """Every record of one partition as (offset, key, value, timestamp, headers), until EOF."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": _topic("test-reader"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 10,
-        }
+    records = read_topic(
+        bootstrap, topic, isolation=isolation, partitions=[partition], timeout_s=10
     )
-    consumer.assign([TopicPartition(topic, partition, 0)])
-    records = []
-    deadline = time.monotonic() + 10
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                return records
-            records.append(
-                (
-                    message.offset(),
-                    message.key(),
-                    message.value(),
-                    message.timestamp()[1],
-                    message.headers(),
-                )
-            )
-    finally:
-        consumer.close()
-    raise AssertionError(f"no end of partition {topic}[{partition}] within 10s")
+    return [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records]
 
 
 def test_tracker_acks_every_record_and_reports_end_offsets(kafka):
-    topic = _topic("prod")
+    topic = uid("prod")
     kafka.create_topic(topic, 3)
     tracker = DeliveryTracker(make_producer(kafka.bootstrap_servers))
     for i in range(30):
@@ -69,7 +36,7 @@ def test_tracker_acks_every_record_and_reports_end_offsets(kafka):
 
 
 def test_keys_values_timestamps_headers_and_tombstones_round_trip(kafka):
-    topic = _topic("prod-rt")
+    topic = uid("prod-rt")
     kafka.create_topic(topic, 1)
     tracker = DeliveryTracker(make_producer(kafka.bootstrap_servers))
     tracker.produce(topic, b"k", b"v", partition=0, timestamp=1234, headers=[("h", b"1")])
@@ -86,7 +53,7 @@ def test_keys_values_timestamps_headers_and_tombstones_round_trip(kafka):
 def test_keyed_records_without_partition_use_the_java_partitioner(kafka):
     from processor_api.kafka.partitioner import default_partition
 
-    topic = _topic("prod-keyed")
+    topic = uid("prod-keyed")
     kafka.create_topic(topic, 5)
     tracker = DeliveryTracker(make_producer(kafka.bootstrap_servers))
     keys = [b"user-%d" % i for i in range(50)]
@@ -101,7 +68,7 @@ def test_keyed_records_without_partition_use_the_java_partitioner(kafka):
 
 
 def test_full_local_queue_is_waited_out(kafka):
-    topic = _topic("prod-buf")
+    topic = uid("prod-buf")
     kafka.create_topic(topic, 1)
     producer = make_producer(
         kafka.bootstrap_servers, extra_config={"queue.buffering.max.messages": 5}
@@ -114,7 +81,7 @@ def test_full_local_queue_is_waited_out(kafka):
 
 
 def test_produce_many_keeps_order_timestamps_and_tombstones(kafka):
-    topic = _topic("prod-many")
+    topic = uid("prod-many")
     kafka.create_topic(topic, 2)
     producer = make_producer(
         kafka.bootstrap_servers, extra_config={"queue.buffering.max.messages": 5}
@@ -170,7 +137,7 @@ def test_queue_full_on_a_dead_broker_gives_up_after_the_buffer_timeout():
 
 
 def test_reset_starts_a_new_batch(kafka):
-    topic = _topic("prod-reset")
+    topic = uid("prod-reset")
     kafka.create_topic(topic, 1)
     tracker = DeliveryTracker(make_producer(kafka.bootstrap_servers))
     tracker.produce(topic, None, b"a", partition=0)
@@ -186,7 +153,7 @@ def test_reset_starts_a_new_batch(kafka):
 
 
 def test_idempotent_producer_is_accepted(kafka):
-    topic = _topic("prod-idem")
+    topic = uid("prod-idem")
     kafka.create_topic(topic, 1)
     producer = make_producer(kafka.bootstrap_servers)  # enable.idempotence=true
     tracker = DeliveryTracker(producer)
@@ -198,9 +165,9 @@ def test_idempotent_producer_is_accepted(kafka):
 
 
 def test_transaction_commit_is_visible_and_open_one_is_not(kafka):
-    topic = _topic("prod-txn")
+    topic = uid("prod-txn")
     kafka.create_topic(topic, 2)
-    producer = make_producer(kafka.bootstrap_servers, transactional_id=_topic("tid"))
+    producer = make_producer(kafka.bootstrap_servers, transactional_id=uid("tid"))
     producer.init_transactions(10)
     tracker = DeliveryTracker(producer)
     producer.begin_transaction()
@@ -224,9 +191,9 @@ def test_tansu_read_committed_still_returns_aborted_records(kafka):
 
     On Apache Kafka the read_committed result below would be [b"kept"]. Fails once fixed.
     """
-    topic = _topic("prod-abort")
+    topic = uid("prod-abort")
     kafka.create_topic(topic, 1)
-    producer = make_producer(kafka.bootstrap_servers, transactional_id=_topic("tid"))
+    producer = make_producer(kafka.bootstrap_servers, transactional_id=uid("tid"))
     producer.init_transactions(10)
     tracker = DeliveryTracker(producer)
     producer.begin_transaction()
@@ -244,9 +211,9 @@ def test_tansu_read_committed_still_returns_aborted_records(kafka):
 
 
 def test_new_producer_with_same_transactional_id_fences_the_old_one(kafka):
-    topic = _topic("prod-fence")
+    topic = uid("prod-fence")
     kafka.create_topic(topic, 1)
-    transactional_id = _topic("tid")
+    transactional_id = uid("tid")
     old = make_producer(kafka.bootstrap_servers, transactional_id=transactional_id)
     old.init_transactions(10)
     old.begin_transaction()

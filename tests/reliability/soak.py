@@ -12,7 +12,7 @@ exactly-once), ``between_batches`` (once a batch's
 commit file is in the Spark checkpoint), ``state_dir_deleted`` (a mid-batch kill, then the
 state dir is deleted) and ``restore`` (at the next ``restore_start``); then one run goes to the
 end. A ``read_committed`` reader's view of the output is compared with the reference fold (see
-``tests/reliability/conftest.py``: ``compare``), both as read and with the records of aborted
+``tests/harness/folds.py``: ``compare``), both as read and with the records of aborted
 transactions removed (Tansu shows them to ``read_committed`` readers; a Kafka broker does not).
 
 Prints a summary table, writes every detail as JSON to ``--out``, exits 1 if a guarantee was
@@ -32,7 +32,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from tests.reliability.conftest import KILL_KINDS, CrashScenario, is_ok, make_sales
+from tests.harness.crash import KILL_KINDS, CrashScenario
+from tests.harness.folds import is_ok, make_sales
 
 GUARANTEES = ("at_least_once", "exactly_once_v2")
 CYCLE = ("mid_batch", "between_batches", "state_dir_deleted", "restore")

@@ -6,7 +6,7 @@ exception in a punctuator.
 The handler logic is the task engine's, shared by the test driver and Spark: the driver tests
 cover every kind x handler in milliseconds; the Spark tests run ``run-topology`` (exactly-once,
 so "nothing committed past the bad record" is checked on what a read_committed reader gets,
-aborted transactions filtered by their markers, see ``conftest.transaction_status``).
+aborted transactions filtered by their markers, see ``tests.harness.wire.transaction_status``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,8 @@ from processor_api import Serdes
 from processor_api.errors import ProcessingError
 from processor_api.state.inspect import read_local_store
 from processor_api.testing import TopologyTestDriver
-from tests.reliability.conftest import (
-    CliRun,
-    cli_args,
-    committed_records,
-    create_topics_now,
-    produce_records,
-    uid,
-)
+from tests.harness.processes import CliRun, cli_args
+from tests.harness.topics import committed_records, create_topics_now, produce, uid
 from tests.reliability.topologies_for_tests import (
     PROCESSOR,
     SOURCE,
@@ -198,7 +192,7 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
     run_id = uid()
     topics = {"in": f"bad-in-{run_id}", "out": f"bad-out-{run_id}", "dlq": f"bad-dlq-{run_id}"}
     create_topics_now(bootstrap, {topics["in"]: 1, topics["out"]: 1})
-    produce_records(bootstrap, topics["in"], _flow_records(topics["in"]))
+    produce(bootstrap, topics["in"], _flow_records(topics["in"]))
     app_id = f"bad-{run_id}"
     state_dir = tmp_path / "state"
 
@@ -300,7 +294,7 @@ def test_punctuator_exception_on_spark_fails_the_batch_and_commits_nothing_of_it
     run_id = uid()
     topics = {"in": f"punct-in-{run_id}", "out": f"punct-out-{run_id}"}
     create_topics_now(bootstrap, {topics["in"]: 1, topics["out"]: 1})
-    produce_records(
+    produce(
         bootstrap,
         topics["in"],
         [

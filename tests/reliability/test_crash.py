@@ -17,7 +17,7 @@ tree is killed with SIGKILL at moments read from its structlog events:
   before that restore's ``restore_done``).
 
 After the kills one run goes to the end, then a ``read_committed`` reader reads the output
-and it is compared with the reference fold (``conftest.compare``):
+and it is compared with the reference fold (``tests.harness.folds.compare``):
 
 * exactly-once: every product's notifications equal the expected list (the running totals
   >= 2000 in input order), the final store equals the fold;
@@ -36,7 +36,8 @@ import json
 
 import pytest
 
-from tests.reliability.conftest import CrashScenario, is_ok, make_sales
+from tests.harness.crash import CrashScenario
+from tests.harness.folds import is_ok, make_sales
 
 pytestmark = pytest.mark.integration
 

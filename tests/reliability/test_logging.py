@@ -4,7 +4,8 @@ Two library bugs found while building the crash tests, pinned here (fixed in 4f4
 
 * module-level loggers ignored ``--log-format json`` in Spark's Python workers (they are bound
   before the worker configures logging), so events such as ``restore_start`` / ``store_wipe``
-  came out as ``key='value'`` lines in a JSON log (``conftest.parse_log_line`` reads both);
+  came out as ``key='value'`` lines in a JSON log (``tests.harness.logs.parse_log_line`` reads
+  both);
 * a Kafka exception raised in a worker (e.g. ``init_transactions`` timing out once the broker
   is gone) reached the user as Spark's wrapper line ending in "Traceback (most recent call
   last):", because ``explain_failure`` only recognized undotted exception names.
@@ -18,7 +19,8 @@ import subprocess
 import sys
 
 from processor_api.spark.runner import explain_failure
-from tests.reliability.conftest import REPO_ROOT, parse_log_line
+from tests.harness.logs import parse_log_line
+from tests.harness.processes import REPO_ROOT
 
 
 def test_parse_log_line_reads_json_and_console_lines():

@@ -17,23 +17,22 @@ from pathlib import Path
 
 import pytest
 
+from processor_api.serdes import Serdes
+from processor_api.state.inspect import read_local_store
 from processor_api.testing.embedded import EmbeddedKafka, free_port
-from tests.reliability.conftest import (
+from tests.harness.folds import (
     SALES,
-    CliRun,
-    cli_args,
+    SALES_STORE,
     compare,
-    create_topics_now,
     expected_notifications,
     fold_totals,
     is_ok,
     make_sales,
     notifications_by_product,
     produce_sales,
-    read_topic,
-    topic_transaction_status,
-    uid,
 )
+from tests.harness.processes import CliRun, cli_args
+from tests.harness.topics import committed_records, create_topics_now, uid
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +50,8 @@ def _sales_setup(bootstrap: str, sales, partitions: int = 3) -> dict[str, str]:
 
 
 def _check_output(bootstrap, topics, sales, guarantee, state_dir, app_id):
-    from processor_api.serdes import Serdes
-    from processor_api.state.inspect import read_local_store
-
-    records = read_topic(bootstrap, topics["output_topic"])
-    status = topic_transaction_status(bootstrap, topics["output_topic"])
-    kept = [r for r in records if status.get((r.partition, r.offset)) != "aborted"]
-    store = read_local_store(
-        state_dir, app_id, "PRODUCT_AGGREGATED_SALES", Serdes.string(), Serdes.long()
-    )
+    kept, aborted = committed_records(bootstrap, topics["output_topic"])
+    store = read_local_store(state_dir, app_id, SALES_STORE, Serdes.string(), Serdes.long())
     result = compare(
         expected_notifications(sales),
         notifications_by_product(kept),
@@ -68,20 +60,12 @@ def _check_output(bootstrap, topics, sales, guarantee, state_dir, app_id):
         store,
     )
     assert is_ok(result, guarantee), result
-    return result, len(records) - len(kept)
+    return result, len(aborted)
 
 
 def _stop_when_processed(run: CliRun, total: int, timeout_s: float) -> int:
     """Wait until the run's batches processed ``total`` records, then SIGTERM it."""
-    deadline = time.monotonic() + timeout_s
-    while sum(e["records"] for e in run.find("batch_done")) < total:
-        if not run.is_alive():
-            raise AssertionError(f"the run ended early; {run.tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not all {total} records processed in {timeout_s:g}s; {run.tail()}"
-            )
-        time.sleep(0.2)
+    run.wait_processed(total, timeout_s)
     run.signal(signal.SIGTERM)
     return run.wait(120)
 
@@ -117,7 +101,7 @@ def test_sigterm_stops_after_the_batch_in_flight_and_a_restart_resumes(kafka, tm
     assert stop_s < 90, f"took {stop_s:.1f}s to stop"
     for task in ("0_0", "0_1", "0_2"):
         assert (state_dir / app_id / task / ".checkpoint").exists(), task
-    processed = sum(e["records"] for e in first.find("batch_done"))
+    processed = first.processed()
     assert 0 < processed < len(sales), processed
     # the batch in flight when SIGTERM came was completed, not abandoned
     assert names.index("stop_requested") < names.index("query_stopped")
@@ -128,7 +112,7 @@ def test_sigterm_stops_after_the_batch_in_flight_and_a_restart_resumes(kafka, tm
     assert code == 0, second.tail()
     repaired = [n for n in second.names() if n in REPAIR_EVENTS]
     assert repaired == [], f"the stop left something to repair: {repaired}"
-    assert sum(e["records"] for e in second.find("batch_done")) == len(sales) - processed
+    assert second.processed() == len(sales) - processed
     _check_output(bootstrap, topics, sales, "exactly_once_v2", state_dir, app_id)
 
 
@@ -159,13 +143,16 @@ def test_available_now_refuses_a_continuous_runs_checkpoint_clearly(kafka, tmp_p
         code = second.wait(300)
     assert code == 2, second.tail()
     assert "written by a continuous run" in second.error_line(), second.error_line()
-    # the right mode resumes (the first run may have processed everything already, so this
-    # waits for the query to run a few triggers rather than for records)
+    # the right mode resumes: with new input (the first run may have processed everything
+    # already), it processes all the first run left and the new records, then stops cleanly
+    more = make_sales(300, 20, seed=17, start_ts=1_800_000_000_000)
+    produce_sales(bootstrap, topics["input_topic"], more)
     with CliRun(args(False), tmp_path / "run-3.log") as third:
         third.wait_event("query_started", 300)
-        time.sleep(5)
+        third.wait_processed(len(sales) + len(more) - first.processed(), 300)
         third.signal(signal.SIGTERM)
         assert third.wait(120) == 0, third.tail()
+    assert "run_failed" not in third.names()
 
 
 def test_sigterm_to_the_whole_process_group_stops_cleanly(kafka, tmp_path):
@@ -307,11 +294,7 @@ def test_a_second_run_with_the_same_application_id_and_state_dir_is_refused(kafk
         first.wait_event(
             lambda e: e.name == "batch_done" and e.event["records"] > 0, 120, after=mark
         )
-        processed = sum(e["records"] for e in first.find("batch_done"))
-        deadline = time.monotonic() + 120
-        while processed < len(first_sales) + len(more) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            processed = sum(e["records"] for e in first.find("batch_done"))
+        first.wait_processed(len(first_sales) + len(more), 120)
         first.signal(signal.SIGTERM)
         assert first.wait(120) == 0, first.tail()
     assert "run_failed" not in first.names()

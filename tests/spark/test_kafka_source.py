@@ -6,10 +6,11 @@ broker; the streaming-query tests share the session's SparkSession.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 # ``python3`` is on PATH; read when the session fixture creates the SparkContext.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from pyspark.errors.exceptions.captured import StreamingQueryException  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from processor_api.errors import ConfigError, SourceReadError  # noqa: E402
@@ -31,12 +33,9 @@ from processor_api.spark.kafka_source import (  # noqa: E402
     plan_ranges,
     read_range,
 )
+from tests.harness.topics import uid  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def _reader(kafka, topic: str, **options: str) -> KafkaStreamReader:
@@ -147,7 +146,7 @@ def test_options_are_validated():
 
 # --------------------------------------------------------------------- reader + real broker only
 def test_planned_range_replays_identically_and_honours_the_limit(kafka):
-    topic = _topic("src-replay")
+    topic = uid("src-replay")
     kafka.create_topic(topic, 2)
     rec = _Recorder(kafka.bootstrap_servers)
     for i in range(12):
@@ -168,7 +167,7 @@ def test_planned_range_replays_identically_and_honours_the_limit(kafka):
 
 
 def test_read_committed_stops_at_control_records_and_the_last_stable_offset(kafka):
-    topic = _topic("src-txn")
+    topic = uid("src-txn")
     kafka.create_topic(topic, 1)
     producer = Producer(
         {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{topic}"}
@@ -204,7 +203,7 @@ def test_read_committed_stops_at_control_records_and_the_last_stable_offset(kafk
 
 
 def test_unreachable_offsets_fail_with_coordinates(kafka):
-    topic = _topic("src-timeout")
+    topic = uid("src-timeout")
     kafka.create_topic(topic, 1)
     rec = _Recorder(kafka.bootstrap_servers)
     rec.produce(topic, 0, b"k", b"v", 1)
@@ -222,7 +221,7 @@ def test_unreachable_offsets_fail_with_coordinates(kafka):
 def test_partitions_missing_from_the_start_offset_are_registered_then_read(kafka):
     """A partition unknown to the checkpointed offset (e.g. added to the topic later) is first
     recorded at its earliest offset, then read from there in the next micro-batch."""
-    topic = _topic("src-newpart")
+    topic = uid("src-newpart")
     kafka.create_topic(topic, 2)
     rec = _Recorder(kafka.bootstrap_servers)
     for p in (0, 1):
@@ -279,7 +278,7 @@ def _run_available_now(spark, checkpoint, options: dict[str, str]) -> list[list[
 
 
 def test_stream_reads_every_field(kafka, source_spark, tmp_path):
-    topic = _topic("src-fields")
+    topic = uid("src-fields")
     kafka.create_topic(topic, 3)
     rec = _Recorder(kafka.bootstrap_servers)
     for i in range(30):
@@ -300,7 +299,7 @@ def test_stream_reads_every_field(kafka, source_spark, tmp_path):
 
 
 def test_stream_max_records_per_batch_covers_everything_once(kafka, source_spark, tmp_path):
-    topic = _topic("src-limit")
+    topic = uid("src-limit")
     kafka.create_topic(topic, 3)
     rec = _Recorder(kafka.bootstrap_servers)
     for p, count in ((0, 15), (1, 7), (2, 3)):
@@ -327,7 +326,7 @@ def test_stream_max_records_per_batch_covers_everything_once(kafka, source_spark
 
 def test_stream_reads_past_tansu_list_offsets_in_one_batch(kafka, source_spark, tmp_path):
     """15 records in two produce batches: Tansu's ListOffsets says 11, the source must plan 15."""
-    topic = _topic("src-tansu")
+    topic = uid("src-tansu")
     kafka.create_topic(topic, 1)
     rec = _Recorder(kafka.bootstrap_servers, **{"linger.ms": 100})
     for size in (10, 5):
@@ -346,17 +345,18 @@ def test_stream_reads_past_tansu_list_offsets_in_one_batch(kafka, source_spark, 
 
 def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, tmp_path):
     """``end.offsets`` captured at start: records produced later are never read."""
-    topic = _topic("src-bound")
+    topic = uid("src-bound")
     kafka.create_topic(topic, 2)
     rec = _Recorder(kafka.bootstrap_servers)
     for i in range(8):
         rec.produce(topic, i % 2, b"early", b"%d" % i, 1 + i)
     rec.flush()
-    bound = f'{{"{topic}": {{"0": 4, "1": 4}}}}'
+    bound = {topic: {"0": 4, "1": 4}}
     for i in range(6):
         rec.produce(topic, i % 2, b"late", b"%d" % i, 100 + i)
     rec.flush()
 
+    ends = {topic: {str(p): 1 + max(r[2] for r in rec.sent if r[1] == p) for p in (0, 1)}}
     seen: list[tuple] = []
     batch_ids: list[int] = []
 
@@ -364,23 +364,45 @@ def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, t
         batch_ids.append(batch_id)
         seen.extend(_as_tuple(row.asDict(recursive=True)) for row in frame.collect())
 
-    query = (
-        source_spark.readStream.format(SOURCE_NAME)
-        .option("bootstrap.servers", kafka.bootstrap_servers)
-        .option("topics", topic)
-        .option("end.offsets", bound)
-        .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    def bounded_idle_triggers() -> list[dict]:
+        """Triggers that saw the late records (the source's latest offsets are past the
+        bound) and planned nothing: the bound held while there was more to read."""
+        return [
+            progress
+            for progress in query.recentProgress
+            for source in progress["sources"]
+            if progress["numInputRows"] == 0
+            and json.loads(source["endOffset"]) == bound
+            and json.loads(source.get("latestOffset") or "null") == ends
+        ]
+
+    # a progress report for every trigger, also those without data (Spark's default: at most
+    # one every 10 s); read when the query starts
+    interval = "spark.sql.streaming.noDataProgressEventInterval"
+    source_spark.conf.set(interval, "0")
+    try:
+        query = (
+            source_spark.readStream.format(SOURCE_NAME)
+            .option("bootstrap.servers", kafka.bootstrap_servers)
+            .option("topics", topic)
+            .option("end.offsets", json.dumps(bound))
+            .load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+    finally:
+        source_spark.conf.unset(interval)
     try:
         deadline = time.monotonic() + 30
         while len(seen) < 8 and time.monotonic() < deadline and query.isActive:
             time.sleep(0.1)
-        time.sleep(1.5)  # several more triggers: nothing past the bound may arrive
+        # several more triggers, each offered records past the bound, read none of them
+        while len(bounded_idle_triggers()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert query.exception() is None
+        assert len(bounded_idle_triggers()) >= 3, query.recentProgress
     finally:
         query.stop()
     assert sorted(row[4] for row in seen) == [b"early"] * 8
@@ -388,7 +410,7 @@ def test_stream_end_offsets_bound_a_processing_time_query(kafka, source_spark, t
 
 
 def test_unknown_topic_fails_the_query_with_its_name(kafka, source_spark, tmp_path):
-    missing = _topic("src-missing")
+    missing = uid("src-missing")
     query = (
         source_spark.readStream.format(SOURCE_NAME)
         .option("bootstrap.servers", kafka.bootstrap_servers)
@@ -399,7 +421,11 @@ def test_unknown_topic_fails_the_query_with_its_name(kafka, source_spark, tmp_pa
         .trigger(availableNow=True)
         .start()
     )
-    with pytest.raises(Exception, match=missing):
+    # the source's error, raised in prepareForTriggerAvailableNow, fails the query
+    error = (
+        f"MissingTopicError: source topic(s) '{missing}' do not exist on {kafka.bootstrap_servers}"
+    )
+    with pytest.raises(StreamingQueryException, match=re.escape(error)):
         query.awaitTermination(60)
     query.stop()
     topics = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=5)
