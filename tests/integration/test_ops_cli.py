@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import produce, run_cli, uid
+from tests.harness.processes import run_cli
+from tests.harness.topics import produce, uid
 
 pytestmark = pytest.mark.integration
 

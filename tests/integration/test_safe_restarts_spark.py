@@ -20,7 +20,8 @@ from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.offsets import end_offsets
 from processor_api.serdes import Serdes
 from processor_api.spark.runner import TopologyRunner
-from tests.integration.conftest import TopicReader, produce, settings_for, uid
+from tests.harness.runs import settings_for
+from tests.harness.topics import TopicReader, produce, uid
 from topologies.word_count import split_words
 
 pytestmark = pytest.mark.integration

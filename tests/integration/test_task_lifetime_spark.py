@@ -14,7 +14,8 @@ import pytest
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.serdes import Serdes
 from processor_api.spark.runner import TopologyRunner
-from tests.integration.conftest import TopicReader, settings_for, uid
+from tests.harness.runs import settings_for
+from tests.harness.topics import TopicReader, uid
 
 pytestmark = pytest.mark.integration
 
