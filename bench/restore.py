@@ -69,7 +69,7 @@ def produce_changelog(bootstrap: str, entries: int) -> dict[str, Any]:
 def _processor_api_restore(bootstrap: str, entries: int) -> tuple[float, dict]:
     from processor_api.kafka.reader import read_changelog
     from processor_api.serdes import Serdes
-    from processor_api.state.builder import Stores
+    from processor_api.state import Stores
     from processor_api.state.manager import TaskStores
 
     root = Path(tempfile.mkdtemp(prefix="bench-restore-"))
