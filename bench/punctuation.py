@@ -92,28 +92,84 @@ class CountingCollector:
         return count
 
 
-def _kafka_collector(bootstrap: str) -> Any:
+class SwitchCollector:
+    """The task's collector, pointing at the counting collector or at the Kafka one.
+
+    The task's sinks keep the collector they were built with, so the target is switched here.
+    ``send`` is the target's own bound method (an instance attribute), so the sinks call the
+    target directly and the switch costs nothing per record.
+    """
+
+    def __init__(self, target: Any) -> None:
+        self.use(target)
+
+    def use(self, target: Any) -> None:
+        self.target = target
+        self.send = target.send
+        self.partition_count = target.partition_count
+        self.send_values = getattr(target, "send_values", None)
+
+
+def _kafka_collector(bootstrap: str, transactional_id: str | None = None) -> Any:
     from processor_api.kafka.collector import KafkaCollector
     from processor_api.kafka.producer import DeliveryTracker, make_producer
 
-    return KafkaCollector(DeliveryTracker(make_producer(bootstrap)), bootstrap)
+    producer = make_producer(bootstrap, transactional_id=transactional_id)
+    if transactional_id is not None:
+        producer.init_transactions(30)
+    return KafkaCollector(DeliveryTracker(producer), bootstrap)
+
+
+def _bare_producer_run(
+    producer: Any, topic: str, entries: list[tuple[bytes, bytes]], timestamp: int, checked: bool
+) -> int:
+    """What a hand-written loop does: produce every entry, then flush until all are reported.
+
+    ``checked``: with a delivery callback that counts failures (the loop knows its records
+    arrived); without, ``flush`` returning 0 only says no record is left in the queue, failed
+    or not.
+    """
+    failed = [0]
+
+    def on_delivery(error: Any, message: Any) -> None:
+        if error is not None:
+            failed[0] += 1
+
+    produce, poll = producer.produce, producer.poll
+    for i, (key, value) in enumerate(entries):
+        while True:
+            try:
+                if checked:
+                    produce(topic, value, key, on_delivery=on_delivery, timestamp=timestamp)
+                else:
+                    produce(topic, value, key, timestamp=timestamp)
+                break
+            except BufferError:
+                poll(0.05)
+        if not i & 1023:
+            poll(0)
+    if producer.flush(300) or failed[0]:
+        raise RuntimeError("bare producer: records not acknowledged")
+    return len(entries)
 
 
 def _cost_for_size(
-    topology: Topology, size: int, reps: int, bootstrap: str | None = None
+    topology: Topology,
+    size: int,
+    reps: int,
+    bootstrap: str | None = None,
+    output_topic: str | None = None,
 ) -> dict[str, Any]:
     log(f"punctuation cost: store of {size} keys")
     root = Path(tempfile.mkdtemp(prefix="bench-punct-"))
     collector = CountingCollector()
-    task = make_task(topology, root / "0_0", collector)  # type: ignore[arg-type]
+    switch = SwitchCollector(collector)
+    task = make_task(topology, root / "0_0", switch)  # type: ignore[arg-type]
     _fill(task, "Counts", size)
     store = task.stores["Counts"].store
     inner = task.stores["Counts"].inner
-    kafka = _kafka_collector(bootstrap) if bootstrap else None
     offset = 0
     samples: dict[str, list[float]] = {"punctuation": [], "store_all": [], "rocksdb_scan": []}
-    if kafka is not None:
-        samples["punctuation_to_kafka"] = []
     entries: dict[str, int] = {}
 
     def fire() -> float:
@@ -132,19 +188,69 @@ def _cost_for_size(
         task.flush()
         return collector.drain()
 
-    def punctuation_to_kafka() -> int:
-        assert kafka is not None
-        task.collector = kafka
-        try:
-            kafka.tracker.reset()
-            sent_before = kafka.sent
-            started = fire()
-            kafka.tracker.flush_and_check(300)
-            samples["punctuation_to_kafka"].append(time.perf_counter() - started)
-        finally:
-            task.collector = collector
-        task.flush()
-        return kafka.sent - sent_before
+    parts: list[tuple[str, Any]] = []
+    if bootstrap is not None and output_topic is not None:
+        from processor_api.kafka.producer import make_producer
+
+        kafka = _kafka_collector(bootstrap)
+        kafka_eos = _kafka_collector(bootstrap, transactional_id=f"bench-punct-{time.time_ns()}")
+        bare = make_producer(bootstrap)
+        raw_entries = list(inner.range(None, None))
+        # a million long-lived tuples would make every full collection during the other
+        # contenders walk them; the task host freezes its long-lived objects the same way
+        gc.freeze()
+        names = ("punctuation_to_kafka", "punctuation_to_kafka_eos", "bare_producer")
+        for name in names + ("bare_producer_checked",):
+            samples[name] = []
+
+        def punctuation_to_kafka() -> int:
+            switch.use(kafka)
+            try:
+                kafka.tracker.reset()
+                sent_before = kafka.sent
+                started = fire()
+                kafka.tracker.flush_and_check(300)
+                samples["punctuation_to_kafka"].append(time.perf_counter() - started)
+            finally:
+                switch.use(collector)
+            task.flush()
+            return kafka.sent - sent_before
+
+        def punctuation_to_kafka_eos() -> int:
+            switch.use(kafka_eos)
+            try:
+                kafka_eos.tracker.reset()
+                sent_before = kafka_eos.sent
+                producer = kafka_eos.tracker.producer
+                started = time.perf_counter()
+                producer.begin_transaction()
+                fire()
+                kafka_eos.tracker.flush_and_check(300)
+                producer.commit_transaction(60)
+                samples["punctuation_to_kafka_eos"].append(time.perf_counter() - started)
+            finally:
+                switch.use(collector)
+            task.flush()
+            return kafka_eos.sent - sent_before
+
+        def bare_producer() -> int:
+            started = time.perf_counter()
+            n = _bare_producer_run(bare, output_topic, raw_entries, offset * 1000, False)
+            samples["bare_producer"].append(time.perf_counter() - started)
+            return n
+
+        def bare_producer_checked() -> int:
+            started = time.perf_counter()
+            n = _bare_producer_run(bare, output_topic, raw_entries, offset * 1000, True)
+            samples["bare_producer_checked"].append(time.perf_counter() - started)
+            return n
+
+        parts += [
+            ("punctuation_to_kafka", punctuation_to_kafka),
+            ("bare_producer", bare_producer),
+            ("punctuation_to_kafka_eos", punctuation_to_kafka_eos),
+            ("bare_producer_checked", bare_producer_checked),
+        ]
 
     def store_all() -> int:
         started = time.perf_counter()
@@ -163,9 +269,11 @@ def _cost_for_size(
         samples["rocksdb_scan"].append(time.perf_counter() - started)
         return n
 
-    parts = [("punctuation", punctuation), ("store_all", store_all), ("rocksdb_scan", rocksdb_scan)]
-    if kafka is not None:
-        parts.append(("punctuation_to_kafka", punctuation_to_kafka))
+    parts += [
+        ("punctuation", punctuation),
+        ("store_all", store_all),
+        ("rocksdb_scan", rocksdb_scan),
+    ]
     punctuation()  # warm-up: block cache, first firing
     samples["punctuation"].clear()
     for rep in range(reps):
@@ -173,6 +281,7 @@ def _cost_for_size(
             gc.collect()
             entries[name] = fn()
     task.close()
+    gc.unfreeze()
     shutil.rmtree(root, ignore_errors=True)
     size_result: dict[str, Any] = {"store_keys": size}
     for name, values in samples.items():
@@ -183,11 +292,18 @@ def _cost_for_size(
             "samples_s": values,
             "entries_per_s_median": entries[name] / s["median"] if s["median"] else None,
         }
-    if kafka is not None:
-        kafka.tracker.producer.flush(30)
+    if "bare_producer" in samples:
+        into = size_result["punctuation_to_kafka"]["entries_per_s_median"]
+        into_eos = size_result["punctuation_to_kafka_eos"]["entries_per_s_median"]
+        bare_rate = size_result["bare_producer"]["entries_per_s_median"]
+        checked_rate = size_result["bare_producer_checked"]["entries_per_s_median"]
+        size_result["into_kafka_vs_bare_producer"] = into / bare_rate
+        size_result["into_kafka_vs_bare_producer_checked"] = into / checked_rate
+        size_result["into_kafka_eos_vs_bare_producer"] = into_eos / bare_rate
         log(
-            f"  into Kafka {size_result['punctuation_to_kafka']['entries_per_s_median']:.0f}"
-            " entries/s"
+            f"  into Kafka {into:.0f} entries/s, in a transaction {into_eos:.0f}/s, "
+            f"bare producer {bare_rate:.0f}/s ({into / bare_rate:.2f}x), checking each "
+            f"delivery {checked_rate:.0f}/s ({into / checked_rate:.2f}x)"
         )
     log(
         f"  punctuation {size_result['punctuation']['entries_per_s_median']:.0f} entries/s, "
@@ -216,7 +332,7 @@ def punctuation_cost(
 
             create_topics(bootstrap, [(output_topic, 1, {})], exist_ok=False)
         topology = build_topology(punctuate_interval_ms=1000, output_topic=output_topic)
-        results[str(size)] = _cost_for_size(topology, size, reps, bootstrap)
+        results[str(size)] = _cost_for_size(topology, size, reps, bootstrap, output_topic)
     return {
         "sizes": sizes,
         "reps": reps,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 _INT = struct.Struct(">i")
@@ -51,6 +51,9 @@ class Serde:
     """
 
     passthrough_check: ClassVar[Callable[[bytes], bool] | None] = None
+
+    passthrough_check_all: ClassVar[Callable[[Sequence[bytes]], bool] | None] = None
+    """:attr:`passthrough_check` for many values at once: ``True`` only if it accepts each."""
 
     def __init__(
         self,
@@ -174,6 +177,19 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
+def _all_utf8(items: Sequence[bytes]) -> bool:
+    # one C-level test for the common all-ASCII case; then value by value
+    return b"".join(items).isascii() or all(map(_is_utf8, items))
+
+
+def _all_4_bytes(items: Sequence[bytes]) -> bool:
+    return set(map(len, items)) <= {4}
+
+
+def _all_8_bytes(items: Sequence[bytes]) -> bool:
+    return set(map(len, items)) <= {8}
+
+
 def _is_4_bytes(data: bytes) -> bool:
     return len(data) == 4
 
@@ -192,6 +208,7 @@ class _StringSerde(Serde):
     __slots__ = ()
     passthrough = True
     passthrough_check = staticmethod(_is_utf8)
+    passthrough_check_all = staticmethod(_all_utf8)
 
     def __init__(self) -> None:
         super().__init__(_serialize_string, _deserialize_string, "string")
@@ -235,6 +252,7 @@ class _IntegerSerde(Serde):
     __slots__ = ()
     passthrough = True
     passthrough_check = staticmethod(_is_4_bytes)
+    passthrough_check_all = staticmethod(_all_4_bytes)
 
     def __init__(self) -> None:
         super().__init__(_serialize_int, _deserialize_int, "integer")
@@ -254,6 +272,7 @@ class _LongSerde(Serde):
     __slots__ = ()
     passthrough = True
     passthrough_check = staticmethod(_is_8_bytes)
+    passthrough_check_all = staticmethod(_all_8_bytes)
 
     def __init__(self) -> None:
         super().__init__(_serialize_long, _deserialize_long, "long")
@@ -273,6 +292,7 @@ class _DoubleSerde(Serde):
     __slots__ = ()
     passthrough = True
     passthrough_check = staticmethod(_is_8_bytes)
+    passthrough_check_all = staticmethod(_all_8_bytes)
 
     def __init__(self) -> None:
         super().__init__(_serialize_double, _deserialize_double, "double")

@@ -34,7 +34,13 @@ class OutputRecord:
 
 
 class RecordCollector(Protocol):
-    """Receives what sinks (and the dead-letter handler) produce."""
+    """Receives what sinks (and the dead-letter handler) produce.
+
+    A collector may also have ``send_values(topic, entries, timestamp)``: serialized
+    ``(key, value)`` pairs for one topic with one timestamp, no headers, partition chosen by
+    key. Sinks use it, when present, for store entries forwarded as they are (see
+    ``SinkNode.send_raw``); it must behave as ``send`` called once per pair, in order.
+    """
 
     def send(self, record: OutputRecord) -> None:
         """Deliver one serialized record (asynchronously is fine)."""

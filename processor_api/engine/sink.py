@@ -12,6 +12,7 @@ store's serdes and the sink's have the same wire format.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from processor_api.engine.records import OutputRecord, RecordCollector
@@ -28,6 +29,10 @@ SerializationOrigin = Literal["key", "value"]
 
 OnSerializationError = Callable[["SinkNode", Record, Exception, SerializationOrigin], None]
 """``on_error(sink, record, exc, origin)``: raises to fail, returns to drop the record."""
+
+
+#: Raw store entries are handed to a collector's ``send_values`` in lists of this many.
+_RAW_CHUNK = 4096
 
 
 def sink_error(sink_name: str, exc: Exception) -> ProcessingError:
@@ -156,6 +161,52 @@ class SinkNode:
         a string serde) takes the normal path, so it fails (or not) exactly as ``forward()``
         would. Returns the number of entries.
         """
+        collector = sinks[0].collector
+        send_values = getattr(collector, "send_values", None)
+        key_serde, value_serde = store.key_serde, store.value_serde
+        if (
+            send_values is not None
+            and len(sinks) == 1
+            and (key_serde.passthrough_check is None or key_serde.passthrough_check_all)
+            and (value_serde.passthrough_check is None or value_serde.passthrough_check_all)
+        ):
+            return SinkNode._send_raw_chunks(store, entries, timestamp, sinks[0], send_values)
+        return SinkNode._send_raw_each(store, entries, timestamp, sinks)
+
+    @staticmethod
+    def _send_raw_chunks(
+        store: KeyValueStore,
+        entries: Iterator[tuple[bytes, bytes]],
+        timestamp: int,
+        sink: SinkNode,
+        send_values: Callable[[str, list[tuple[bytes, bytes]], int], None],
+    ) -> int:
+        """One sink whose collector takes lists: checked and handed over a chunk at a time."""
+        key_all = store.key_serde.passthrough_check_all
+        value_all = store.value_serde.passthrough_check_all
+        topic = sink.topic
+        take = getattr(entries, "next_chunk", None) or (lambda n: list(islice(entries, n)))
+        count = 0
+        while chunk := take(_RAW_CHUNK):
+            count += len(chunk)
+            if key_all is not None or value_all is not None:
+                keys, values = zip(*chunk, strict=True)
+                if (key_all is not None and not key_all(keys)) or (
+                    value_all is not None and not value_all(values)
+                ):
+                    SinkNode._send_raw_each(store, iter(chunk), timestamp, [sink])
+                    continue
+            send_values(topic, chunk, timestamp)  # type: ignore[arg-type]
+        return count
+
+    @staticmethod
+    def _send_raw_each(
+        store: KeyValueStore,
+        entries: Iterator[tuple[bytes, bytes]],
+        timestamp: int,
+        sinks: list[SinkNode],
+    ) -> int:
+        """Entry by entry: each checked, and sent raw or through the typed path."""
         key_check = store.key_serde.passthrough_check
         value_check = store.value_serde.passthrough_check
         topics = [sink.topic for sink in sinks]

@@ -55,6 +55,14 @@ class KafkaCollector:
         )
         self.sent += 1
 
+    def send_values(
+        self, topic: str, entries: list[tuple[bytes | None, bytes | None]], timestamp: int
+    ) -> None:
+        """Produce serialized ``(key, value)`` records to ``topic`` with one timestamp, no
+        headers, partitioned by key: the bulk path of a punctuation forwarding a store."""
+        self.tracker.produce_values(topic, entries, timestamp)
+        self.sent += len(entries)
+
     def partition_count(self, topic: str) -> int:
         count = self._partition_counts.get(topic)
         if count is None:

@@ -100,6 +100,10 @@ class DeliveryTracker:
         self._acked: dict[tuple[str, int], int] = {}
         self._warned_zero_timestamp = False
         self._unpolled = 0
+        # Output records (``produce_values``) are acknowledged by a lighter callback that only
+        # counts per topic; the counts are folded into the totals by ``_settle_output_acks``.
+        self._output_acked: dict[str, list[int]] = {}
+        self._output_callbacks: dict[str, Any] = {}
 
     @property
     def producer(self) -> Producer:
@@ -109,11 +113,13 @@ class DeliveryTracker:
     @property
     def pending(self) -> int:
         """Records handed to the producer whose delivery was not reported yet."""
+        self._settle_output_acks()
         return self._pending
 
     @property
     def delivered(self) -> int:
         """Records acknowledged by the broker so far."""
+        self._settle_output_acks()
         return self._delivered
 
     @property
@@ -207,6 +213,65 @@ class DeliveryTracker:
             raise
         self._producer.poll(0)
 
+    def produce_values(
+        self, topic: str, entries: Sequence[tuple[bytes | None, bytes | None]], timestamp: int
+    ) -> None:
+        """Hand ``(key, value)`` records for ``topic``, all with ``timestamp``, to the producer.
+
+        For output records (a punctuation forwarding a store, say): the producer's partitioner
+        chooses the partition, there are no headers, and an acknowledgement is only counted
+        (no acknowledged offset is kept; :meth:`acked_end_offsets` does not cover them). A
+        failed delivery is recorded as for :meth:`produce`.
+        """
+        count = len(entries)
+        if not count:
+            return
+        if timestamp == 0:
+            self._warn_zero_timestamp(topic)
+        elif timestamp < 0:
+            timestamp = 0
+        with self._lock:
+            self._pending += count
+            self._pending_by_topic[topic] += count
+        produce, callback = self._producer.produce, self._output_callback(topic)
+        sent = 0
+        try:
+            for key, value in entries:
+                try:
+                    produce(topic, value, key, on_delivery=callback, timestamp=timestamp)
+                except BufferError:
+                    self._produce_waiting(topic, value, key, -1, timestamp, None, callback)
+                sent += 1
+                if not sent & 1023:
+                    self._producer.poll(0)
+        except BaseException:
+            self._uncount(topic, count - sent)
+            raise
+        self._producer.poll(0)
+
+    def _output_callback(self, topic: str) -> Any:
+        callback = self._output_callbacks.get(topic)
+        if callback is None:
+            acked = self._output_acked.setdefault(topic, [0])
+            on_error = self._on_delivery
+
+            def callback(error: KafkaError | None, message: Message) -> None:
+                if error is None:
+                    acked[0] += 1
+                else:
+                    on_error(error, message)
+
+            self._output_callbacks[topic] = callback
+        return callback
+
+    def _settle_output_acks(self) -> None:
+        with self._lock:
+            for topic, acked in self._output_acked.items():
+                count, acked[0] = acked[0], 0
+                self._pending -= count
+                self._pending_by_topic[topic] -= count
+                self._delivered += count
+
     def _produce_waiting(
         self,
         topic: str,
@@ -215,9 +280,11 @@ class DeliveryTracker:
         partition: int,
         timestamp: int,
         headers: list[tuple[str, bytes | None]] | None,
+        on_delivery: Any = None,
     ) -> None:
         """``Producer.produce``, polling while the local queue is full (bounded wait)."""
         deadline: float | None = None
+        on_delivery = on_delivery or self._on_delivery
         while True:
             try:
                 # keywords: the fifth positional parameter is the legacy ``callback``
@@ -226,7 +293,7 @@ class DeliveryTracker:
                     value,
                     key,
                     partition,
-                    on_delivery=self._on_delivery,
+                    on_delivery=on_delivery,
                     timestamp=timestamp,
                     headers=headers,
                 )
@@ -239,7 +306,7 @@ class DeliveryTracker:
                     raise DeliveryError(
                         f"producer queue stayed full for {self._buffer_full_timeout_s:g}s "
                         f"while producing to topic {topic!r}: "
-                        f"{self._pending - 1} record(s) unacknowledged"
+                        f"{self.pending - 1} record(s) unacknowledged"
                     ) from None
                 self._producer.poll(0.05)
 
@@ -264,11 +331,17 @@ class DeliveryTracker:
         many records were still unacknowledged when ``timeout_s`` ran out.
         """
         remaining = self._producer.flush(timeout_s)
+        self._settle_output_acks()
         if self._first_error is not None:
             topic, partition, error = self._first_error
             fatal = " (fatal: the producer must be recreated)" if error.fatal() else ""
+            where = (
+                f"partition {partition}"
+                if partition is not None and partition >= 0
+                else "(no partition chosen yet)"
+            )
             raise DeliveryError(
-                f"delivery to topic {topic!r} partition {partition} failed: "
+                f"delivery to topic {topic!r} {where} failed: "
                 f"{error.name()}: {error.str()}{fatal}; {self._failed} record(s) failed in total"
             )
         if remaining > 0 or self._pending > 0:
@@ -290,6 +363,7 @@ class DeliveryTracker:
 
         Raises ``StreamsError`` while deliveries are still pending.
         """
+        self._settle_output_acks()
         with self._lock:
             if self._pending:
                 raise StreamsError(

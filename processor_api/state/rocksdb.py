@@ -6,6 +6,7 @@ import os
 import shutil
 import weakref
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 
 import rocksdict
@@ -224,6 +225,25 @@ class _RangeIterator(Iterator[tuple[bytes, bytes]]):
             self._native = None  # exhausted: drop the native iterator at once
             raise StopIteration
         return entry
+
+    def next_chunk(self, size: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``size`` next entries at once (fewer only at the end; ``[]`` when done)."""
+        native = self._native
+        if native is None:
+            if self._store._db is None:
+                self._store._handle()  # raises StoreError: closed
+            return []
+        chunk = list(islice(native, size))
+        if len(chunk) < size:
+            self._native = None
+        end = self._end
+        if end is not None and chunk:
+            reverse = self._reverse
+            last = chunk[-1][0]
+            if last < end if reverse else last > end:
+                self._native = None
+                chunk = [e for e in chunk if not (e[0] < end if reverse else e[0] > end)]
+        return chunk
 
     def release(self) -> None:
         """Drop the native iterator (it pins the DB); later ``next`` calls raise or stop."""

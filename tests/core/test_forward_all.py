@@ -17,7 +17,7 @@ from processor_api import (
     Topology,
 )
 from processor_api.config import StreamsConfig
-from processor_api.engine.records import InputRecord, ListCollector
+from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
 from processor_api.engine.sink import SinkNode
 from processor_api.engine.task import Task
 from processor_api.processor import ProcessorContext
@@ -150,6 +150,22 @@ INPUT = [
     ("a", "del", 40),
     ("e", "x", 41),
 ]
+
+
+@pytest.fixture(autouse=True, params=["record-by-record", "lists"])
+def collector_kind(request, monkeypatch):
+    """Every test twice: collectors taking one record per call, and ones taking lists too
+    (as the Kafka collector does: ``send_values``). Yields the lists handed over."""
+    lists: list[int] = []
+    if request.param == "lists":
+
+        def send_values(self, topic, entries, timestamp):
+            lists.append(len(entries))
+            for key, value in entries:
+                self.send(OutputRecord(topic, key, value, timestamp, (), None))
+
+        monkeypatch.setattr(ListCollector, "send_values", send_values, raising=False)
+    return lists
 
 
 @pytest.fixture
@@ -377,3 +393,25 @@ def test_base_context_forwards_one_record_per_entry():
     assert context.records == [(Record("a", 1, 7), "c"), (Record("b", 2, 7), "c")]
     with pytest.raises(ValueError, match=">= 0"):
         context.forward_all([], -1)
+
+
+def test_a_large_range_goes_out_in_lists_in_store_order(tmp_path, collector_kind):
+    """More entries than one list holds, over a bounded range, forwards and backwards."""
+    from processor_api.engine import sink
+
+    keys = [f"k{i:05d}" for i in range(2 * sink._RAW_CHUNK + 10)]
+    lo, hi = keys[3], keys[-4]
+    results = []
+    for bulk in (False, True):
+        collector = ListCollector()
+        topology = build(bulk, lo=lo, hi=hi)[0]
+        task = make_task(topology, collector, tmp_path / str(bulk))
+        task.stores["counts"].inner.put_all([(k.encode(), struct.pack(">q", 1)) for k in keys])
+        task.process_batch(batch([("a", "x", 1)]))
+        results.append([(r.key, r.value, r.timestamp) for r in collector.drain()])
+        task.close()
+    assert results[1] == results[0]
+    assert [key for key, _, _ in results[1]] == [k.encode() for k in keys[3:-3]]
+    if hasattr(ListCollector, "send_values"):  # the list-taking variant: lists were used
+        assert sum(collector_kind) == len(keys) - 6
+        assert max(collector_kind) == sink._RAW_CHUNK

@@ -154,5 +154,19 @@ def test_passthrough_check_means_an_exact_round_trip(name):
                 serde.deserialize(data)
 
 
+@pytest.mark.parametrize("name", sorted(_GENERIC))
+def test_passthrough_check_all_accepts_a_list_only_when_the_check_accepts_each(name):
+    serde = getattr(Serdes, name)()
+    check, check_all = serde.passthrough_check, serde.passthrough_check_all
+    assert (check is None) == (check_all is None)
+    if check is None:
+        return
+    data = [d for d in _DATA if isinstance(d, bytes)]
+    for i, first in enumerate(data):
+        for second in data[i:]:
+            items = [first, second, first]
+            assert check_all(items) == (check(first) and check(second)), items
+
+
 def test_custom_serdes_are_never_passed_through():
     assert not Serde(bytes, bytes).passthrough

@@ -96,6 +96,38 @@ def test_produce_many_keeps_order_timestamps_and_tombstones(kafka):
     assert [(key, value, ts) for _, key, value, ts, _ in read] == records
 
 
+def test_produce_values_sends_in_order_by_key_with_one_timestamp(kafka):
+    from processor_api.kafka.partitioner import default_partition
+
+    topic = uid("prod-values")
+    kafka.create_topic(topic, 2)
+    producer = make_producer(
+        kafka.bootstrap_servers, extra_config={"queue.buffering.max.messages": 5}
+    )
+    tracker = DeliveryTracker(producer)
+    entries = [(b"k%d" % i, None if i == 3 else b"v%d" % i) for i in range(40)]
+    tracker.produce_values(topic, entries, 1234)  # 40 records through a 5-record queue
+    tracker.flush_and_check(10)
+    assert tracker.pending == 0 and tracker.delivered == 40 and tracker.failed == 0
+    assert tracker.acked_end_offsets() == {}  # output records: counted, offsets not kept
+    for partition in (0, 1):
+        expected = [(k, v, 1234) for k, v in entries if default_partition(k, 2) == partition]
+        read = _read(kafka.bootstrap_servers, topic, partition)
+        assert [(key, value, ts) for _, key, value, ts, _ in read] == expected
+
+
+def test_produce_values_failures_name_the_topic_and_unacknowledged_ones_are_pending():
+    address = f"127.0.0.1:{free_port()}"
+    tracker = DeliveryTracker(make_producer(address, extra_config={"message.timeout.ms": 1000}))
+    tracker.produce_values("totals", [(b"a", b"1"), (b"b", b"2")], 7)
+    assert tracker.pending == 2
+    with pytest.raises(
+        DeliveryError, match=r"'totals' \(no partition chosen yet\) failed: _MSG_TIMED_OUT"
+    ):
+        tracker.flush_and_check(10)
+    assert tracker.failed == 2 and tracker.pending == 0 and tracker.delivered == 0
+
+
 def test_produce_many_on_a_full_queue_uncounts_what_it_did_not_send():
     address = f"127.0.0.1:{free_port()}"
     producer = make_producer(address, extra_config={"queue.buffering.max.messages": 3})
