@@ -166,9 +166,11 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
 
     spark = _session()
     runs = []
-    variants = ["idle", "with input"]
+    triggers = {"1 s": 1.0, "auto": None}  # None: the runtime chooses (spark/trigger.py)
+    variants = [f"{load}, trigger {t}" for load in ("idle", "with input") for t in triggers]
     for rep in range(args.reps):
-        for name in variants[rep % 2 :] + variants[: rep % 2]:
+        for variant in variants[rep % len(variants) :] + variants[: rep % len(variants)]:
+            name, trigger = variant.split(", trigger ")
             tag = f"{'idle' if name == 'idle' else 'input'}-{rep}-{uuid.uuid4().hex[:6]}"
             input_topic, output_topic = f"bench-lag-in-{tag}", f"bench-lag-out-{tag}"
             create_topics(args.bootstrap, [(input_topic, 3), (output_topic, 3)], exist_ok=False)
@@ -177,7 +179,7 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
                 application_id=f"bench-lag-{tag}",
                 state_dir=tempfile.mkdtemp(prefix="bench-lag-"),
                 master="local[2]",
-                trigger_interval_s=1.0,
+                trigger_interval_s=triggers[trigger],
                 log_format="console",
             )
             runner = TopologyRunner(
@@ -187,7 +189,7 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
                 topology_kwargs={
                     "input_topic": input_topic,
                     "output_topic": output_topic,
-                    "interval_ms": 1000,
+                    "interval_ms": args.interval_ms,
                 },
             )
             stop_producing = threading.Event()
@@ -216,7 +218,7 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
                 first_fire.setdefault(row["task"], row["fire_ms"])
             steady = [r["lag_ms"] for r in fired if r["due_ms"] >= first_fire[r["task"]]]
             run = {
-                "variant": name,
+                "variant": variant,
                 "rep": rep,
                 "seconds": args.seconds,
                 "records": result.records if result else None,
@@ -252,8 +254,8 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": args.seconds,
         "reps": args.reps,
         "rate_records_per_s": args.rate,
-        "interval_ms": 1000,
-        "trigger_interval_s": 1.0,
+        "interval_ms": args.interval_ms,
+        "triggers": {name: value or "auto" for name, value in triggers.items()},
         "runs": runs,
         "summary": summary,
         "note": "steady = punctuations due at or after the task's first firing "
@@ -270,6 +272,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--interval-ms", type=int, default=1000)
     args = parser.parse_args()
     configure_logging("console", level="WARNING")
     result = intervals(args) if args.mode == "intervals" else lag(args)

@@ -316,13 +316,14 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
     if lag.get("summary"):
         out += [
             "`bench.punct_topologies:build_lag_probe`: a WALL_CLOCK_TIME punctuation every "
-            f"{lag['interval_ms']} ms, trigger interval {lag['trigger_interval_s']} s, "
+            f"{lag['interval_ms']} ms, trigger interval "
+            f"{lag.get('trigger_interval_s', '1 s or chosen by the runtime (auto)')}, "
             f"{lag['seconds']} s per run, idle (no input) or with {lag['rate_records_per_s']}"
             f" records/s produced during the run; {lag['reps']} runs each, alternating. Lag "
             "= wall clock when the punctuator runs minus its due time on the grid. "
             f"{lag['note']}. Command: `{lag.get('command')}`.",
             "",
-            "| input | punctuations (steady) | p50 ms | p90 ms | p99 ms | max ms | "
+            "| input, trigger | punctuations (steady) | p50 ms | p90 ms | p99 ms | max ms | "
             "max incl. start-up ms |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]

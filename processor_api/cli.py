@@ -83,7 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="at_least_once",
         choices=["at_least_once", "exactly_once_v2"],
     )
-    parser.add_argument("--trigger-interval", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument(
+        "--trigger-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="micro-batch interval (default: 1 s, or a quarter of the smallest wall-clock "
+        "punctuation interval scheduled in init(), at least 0.1 s)",
+    )
     parser.add_argument(
         "--available-now",
         action="store_true",
@@ -235,7 +242,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     topology_kwargs = dict(args.topology_arg)
     topology = load_topology(args.topology, topology_kwargs)  # fail fast on a bad path
     application_id = _application_id(args)
-    if args.trigger_interval <= 0:
+    if args.trigger_interval is not None and args.trigger_interval <= 0:
         raise ConfigError(f"--trigger-interval must be > 0, got {args.trigger_interval}")
     with ExitStack() as stack:
         stack.enter_context(ApplicationLock(args.state_dir, application_id))

@@ -43,6 +43,7 @@ from processor_api.spark.job import JobSpec
 from processor_api.spark.resume import check_agreement, checkpoint_positions, starting_offsets_json
 from processor_api.spark.spark_home import compiled_spark_home
 from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, run_task
+from processor_api.spark.trigger import choose_trigger_s
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -64,7 +65,8 @@ class RunSettings:
     checkpoint_dir: str | None = None
     master: str = "local[*]"
     processing_guarantee: str = "at_least_once"
-    trigger_interval_s: float = 1.0
+    #: None: chosen from the topology's wall-clock schedules (``spark/trigger.py``).
+    trigger_interval_s: float | None = None
     available_now: bool = False
     max_records_per_batch: int = 200_000
     config: dict[str, Any] = field(default_factory=dict)
@@ -576,7 +578,10 @@ class TopologyRunner:
         if available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_s} seconds")
+            trigger_s = self.settings.trigger_interval_s or choose_trigger_s(
+                self.topology, self.config
+            )
+            writer = writer.trigger(processingTime=f"{trigger_s} seconds")
         self._query = writer.start()
         _log.info(
             "query_started",
@@ -848,6 +853,6 @@ class TopologyRunner:
 
 def run_topology(topology: Topology | str, settings: RunSettings, **kwargs: Any) -> RunResult:
     """Convenience: plan, start and run a topology to completion."""
-    if settings.trigger_interval_s <= 0:
+    if settings.trigger_interval_s is not None and settings.trigger_interval_s <= 0:
         raise ConfigError(f"trigger interval must be > 0 s, got {settings.trigger_interval_s}")
     return TopologyRunner(topology, settings, **kwargs).run()
