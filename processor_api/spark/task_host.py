@@ -7,6 +7,8 @@ as ``python -m processor_api.spark.task_host NAME TASK_DIR DAEMON_PID LOG_FORMAT
 * serves one request per connection: ``batch`` (run a micro-batch), ``close`` (close the
   task and exit: the end of a run) and ``release`` (another host on this machine wants the
   task: close it and exit);
+* between requests, fires the task's wall-clock punctuations when they are due (see
+  ``TaskRunner.punctuate_due``), so they do not wait for the next micro-batch;
 * takes the task directory's lock on its first batch and holds it until it closes, asking a
   previous owner on this machine to release the task first;
 * exits when the pyspark daemon that started it is gone (the executor ended or was killed),
@@ -116,6 +118,15 @@ class TaskHost:
                 pass  # it is gone or going; the lock tells
         return TaskLock(self.task_dir, task_id).__enter__()
 
+    def seconds_to_next_punctuation(self) -> float | None:
+        """How long the host may wait for a request before a punctuation is due."""
+        return None if self.runner is None else self.runner.seconds_to_next_punctuation()
+
+    def punctuate_due(self) -> None:
+        """Between requests: fire the wall-clock punctuations that are due."""
+        if self.runner is not None:
+            self.runner.punctuate_due()
+
     def _close(self) -> None:
         runner, self.runner = self.runner, None
         if runner is not None:
@@ -148,7 +159,15 @@ def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
     threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
     host = TaskHost(name, task_dir)
     while True:
-        connection, _ = server.accept()
+        wait_s = host.seconds_to_next_punctuation()
+        # a timeout of 0 would make accept() non-blocking; 1 ms keeps it a wait
+        server.settimeout(None if wait_s is None else max(wait_s, 0.001))
+        try:
+            connection, _ = server.accept()
+        except TimeoutError:
+            host.punctuate_due()
+            continue
+        connection.settimeout(None)
         with connection:
             try:
                 message = receive_message(connection)

@@ -16,6 +16,13 @@ the open stores, the producer and a consumer. A micro-batch is::
 
 Any failure drops the task (its uncommitted writes and transaction are abandoned, ``close``
 runs) and re-raises: Spark re-runs the micro-batch from the committed state.
+
+Between micro-batches of a continuous query, the host calls :meth:`TaskRunner.punctuate_due`
+when a wall-clock punctuation is due, as Kafka Streams' stream thread does between polls: the
+punctuation runs at once instead of at the next micro-batch. It opens the next batch early
+(under exactly-once its transaction), so its output is sent now and its store writes and
+schedule are committed with that batch; if that batch never commits (the query stops, the task
+moves), they are dropped with it and the punctuation fires again from the committed state.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.topology import SubTopology, Topology
+
+#: Punctuations between micro-batches stop when no micro-batch came for this long (a stopped
+#: query, or a task that moved to another executor, must not keep firing here).
+BETWEEN_BATCHES_WINDOW_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,8 @@ class TaskRunner:
         self._committed_json: str | None = None
         self._commit_state = CommitState()
         self._changelog_positions: dict[str, int] = {}
+        self._batch_open = False
+        self._last_batch_end: float | None = None
         self.inits = 0
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
@@ -112,6 +125,8 @@ class TaskRunner:
         """One micro-batch: resume or rebuild, read, process, produce, commit."""
         rebuilt = False
         restored = 0
+        if self._task is not None and state_json != self._committed_json:
+            self._abandon_open_batch()
         if self._task is None or state_json != self._committed_json:
             restored = self._rebuild(TaskMetadata.from_json(state_json))
             rebuilt = True
@@ -121,7 +136,7 @@ class TaskRunner:
         sent_before = collector.sent
         processed_before = task.records_processed
         try:
-            guarantee.begin()
+            self._open_batch()
             task.process_batch(self._read(ranges))
             task.maybe_punctuate_wall_clock()
             changelog_count = self._produce_changelogs(task, collector)
@@ -132,11 +147,10 @@ class TaskRunner:
             metadata = guarantee.commit(metadata, self._input_offsets(ranges))
             stores.commit(positions)
         except BaseException:
-            dropped = stores.discard()
-            guarantee.abandon()
-            self._log.warning("task_batch_failed", buffered_writes_dropped=dropped)
-            self._drop_task()
+            self._log.warning("task_batch_failed", buffered_writes_dropped=self._abandon_batch())
             raise
+        self._batch_open = False
+        self._last_batch_end = time.monotonic()
         self._commit_state = metadata.commit
         self._changelog_positions = dict(positions)
         self._committed_json = metadata.to_json()
@@ -150,6 +164,68 @@ class TaskRunner:
             clock_ms=task.clock(),
             rebuilt=rebuilt,
         )
+
+    # ------------------------------------------------------- between batches
+    def seconds_to_next_punctuation(self) -> float | None:
+        """How long until a wall-clock punctuation is due here (None: nothing to wait for)."""
+        task = self._task
+        if not self._fires_between_batches() or task is None:
+            return None
+        due = task.next_wall_clock_due()
+        if due is None:
+            return None
+        return max(0.0, (due - task.clock()) / 1000)
+
+    def punctuate_due(self) -> bool:
+        """Fire the due wall-clock punctuations now, between micro-batches (see module docs).
+
+        A failure drops the task and is logged, not raised: the next micro-batch rebuilds the
+        task from the committed state and fails there, visibly, if the punctuation fails again.
+        """
+        task = self._task
+        if not self._fires_between_batches() or task is None:
+            return False
+        due = task.next_wall_clock_due()
+        if due is None or due > task.clock():
+            return False
+        try:
+            self._open_batch()
+            return task.maybe_punctuate_wall_clock()
+        except BaseException as exc:  # noqa: BLE001 - reported by the next micro-batch
+            self._log.warning(
+                "punctuation_between_batches_failed",
+                error=f"{type(exc).__name__}: {exc}",
+                buffered_writes_dropped=self._abandon_batch(),
+            )
+            return False
+
+    def _fires_between_batches(self) -> bool:
+        last = self._last_batch_end
+        return (
+            self.spec.wall_clock_timeouts
+            and last is not None
+            and time.monotonic() - last < BETWEEN_BATCHES_WINDOW_S
+        )
+
+    def _open_batch(self) -> None:
+        if not self._batch_open:
+            self._guarantee.begin()
+            self._batch_open = True
+
+    def _abandon_open_batch(self) -> None:
+        """Drop what a punctuation between batches left uncommitted, if anything."""
+        if self._batch_open:
+            dropped = self._abandon_batch()
+            self._log.info("uncommitted_punctuation_dropped", buffered_writes_dropped=dropped)
+
+    def _abandon_batch(self) -> int:
+        """Drop the open batch and the task; returns how many buffered writes were dropped."""
+        stores = self._stores
+        dropped = stores.discard() if stores is not None else 0
+        self._batch_open = False
+        self._guarantee.abandon()
+        self._drop_task()
+        return dropped
 
     def _rebuild(self, metadata: TaskMetadata) -> int:
         """Drop the current task (if any) and build it anew from ``metadata``."""
@@ -307,6 +383,7 @@ class TaskRunner:
         """The task leaves this process: close it, its producer and consumer, free its lock."""
         started = time.monotonic()
         try:
+            self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()
             if self._consumer is not None:

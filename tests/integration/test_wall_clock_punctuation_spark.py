@@ -51,3 +51,41 @@ def test_wall_clock_punctuation_fires_in_a_task_without_input(kafka, spark, tmp_
     idle = ticks_of(records, "0_1")
     # one firing per due time, each with the (strictly later) wall-clock time it fired at
     assert all(a < b for a, b in zip(idle, idle[1:], strict=False))
+
+
+TRIGGER_S = 30.0
+
+
+def test_wall_clock_punctuation_fires_between_micro_batches(kafka, spark, tmp_path):
+    """With micro-batches 30 s apart, a 500 ms schedule still fires every 500 ms: the task's
+    host fires it when due, as Kafka Streams' stream thread does, not at the next batch."""
+    run_id = uid()
+    input_topic, output_topic = f"between-in-{run_id}", f"between-out-{run_id}"
+    kafka.create_topic(input_topic, 1)
+    kafka.create_topic(output_topic, 1)
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        f"between-{run_id}",
+        tmp_path / "state",
+        trigger_interval_s=TRIGGER_S,
+    )
+    long = Serdes.long()
+    with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, long.deserialize) as out:
+        with BackgroundRun(
+            "tests.integration.topologies_for_tests:build_ticker",
+            settings,
+            spark=spark,
+            topology_kwargs={
+                "input_topic": input_topic,
+                "output_topic": output_topic,
+                "interval_ms": INTERVAL_MS,
+            },
+        ) as run:
+            records = out.wait_for(lambda r: len(r) >= 5, timeout_s=60, while_alive=run)
+            run.stop()
+    fired = [value for _, value, *_ in records]
+    # Spark starts a processing-time batch at most once per trigger interval: five firings
+    # within 5 s of each other, 500 ms apart, cannot all be micro-batches
+    assert all(a < b for a, b in zip(fired, fired[1:], strict=False))
+    assert fired[4] - fired[0] < 5_000
+    assert all(b - a < 2 * INTERVAL_MS for a, b in zip(fired[:5], fired[1:5], strict=False))
