@@ -473,3 +473,24 @@ def spark_lag(broker: Broker, seconds: float, reps: int, rate: int) -> dict[str,
         }
     )
     return result
+
+
+def spark_timers(broker: Broker, keys: int, seconds: float, reps: int) -> dict[str, Any]:
+    """``bench/timers.py``: transformWithStateInPandas timers next to run-topology."""
+    cmd = [
+        PYTHON,
+        "-m",
+        "bench.timers",
+        "--bootstrap",
+        broker.bootstrap,
+        "--keys",
+        str(keys),
+        "--seconds",
+        str(seconds),
+        "--reps",
+        str(reps),
+    ]
+    wall, code, out, log_path = run_command(cmd, label=f"timers-{keys}", timeout_s=3600)
+    result = last_json_line(out)
+    result.update({"exit_code": code, "log": str(log_path), "wall_s": wall})
+    return result

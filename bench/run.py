@@ -30,8 +30,9 @@ MODES: dict[str, dict[str, Any]] = {
         "intervals_records": 100_000,
         "intervals_reps": 3,
         "lag_seconds": 20,
-        "lag_reps": 3,
+        "lag_reps": 2,
         "lag_rate": 2000,
+        "timer_keys": [],
         "restore_entries": 100_000,
         "restore_reps": 3,
         "latency_rates": [2000, 20000],
@@ -59,6 +60,9 @@ MODES: dict[str, dict[str, Any]] = {
         "lag_seconds": 45,
         "lag_reps": 3,
         "lag_rate": 2000,
+        "timer_keys": [10_000, 100_000],
+        "timer_seconds": 40,
+        "timer_reps": 2,
         "restore_entries": 1_000_000,
         "restore_reps": 3,
         "latency_rates": [2000, 20000],
@@ -246,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             body["spark_wall_clock_lag"] = punctuation.spark_lag(
                 broker, config["lag_seconds"], config["lag_reps"], config["lag_rate"]
             )
+            for keys in config["timer_keys"]:
+                log(f"timers on Spark: every second, every key's count ({keys} keys)")
+                body.setdefault("spark_timers", {})[str(keys)] = punctuation.spark_timers(
+                    broker, keys, config["timer_seconds"], config["timer_reps"]
+                )
             if config["profile"]:
                 from bench import profiles
 
