@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from processor_api import Processor, ProcessorContext, PunctuationType, Record, Serdes, Stores
 from processor_api import Topology as _Topology
@@ -167,40 +168,38 @@ def run_topology_contender(spark: Any, args: argparse.Namespace, input_topic: st
 
 
 # ------------------------------------------------------- transformWithStateInPandas contender
+class TimedCount(StatefulProcessor):
+    """One ValueState count and one processing-time timer per key."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.count = handle.getValueState("count", "value long")
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:  # noqa: N802, ANN001
+        added = sum(len(frame) for frame in rows)
+        known = self.count.exists()
+        self.count.update(((self.count.get()[0] if known else 0) + added,))
+        if not known:
+            now = timerValues.getCurrentProcessingTimeInMs()
+            self.handle.registerTimer(now + INTERVAL_MS)
+        return iter([])
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, ANN001
+        due = expiredTimerInfo.getExpiryTimeInMs()
+        fired = time.time_ns() // 1_000_000
+        self.handle.registerTimer(next_due_after(due, INTERVAL_MS, fired))
+        yield pd.DataFrame(
+            {"key": [key[0]], "count": [self.count.get()[0]], "due": [due], "fired": [fired]}
+        )
+
+    def close(self) -> None:
+        pass
+
+
 def tws_contender(spark: Any, args: argparse.Namespace, input_topic: str) -> dict:
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.stateful_processor import (
-        StatefulProcessor,
-        StatefulProcessorHandle,
-    )
 
     from processor_api.spark.kafka_source import KafkaDataSource
-
-    class TimedCount(StatefulProcessor):
-        def init(self, handle: StatefulProcessorHandle) -> None:
-            self.handle = handle
-            self.count = handle.getValueState("count", "value long")
-
-        def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:  # noqa: N802, ANN001
-            added = sum(len(frame) for frame in rows)
-            known = self.count.exists()
-            self.count.update(((self.count.get()[0] if known else 0) + added,))
-            if not known:
-                now = timerValues.getCurrentProcessingTimeInMs()
-                self.handle.registerTimer(now + INTERVAL_MS)
-            return iter([])
-
-        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, ANN001
-            due = expiredTimerInfo.getExpiryTimeInMs()
-            fired = time.time_ns() // 1_000_000
-            self.handle.deleteTimer(due)
-            self.handle.registerTimer(next_due_after(due, INTERVAL_MS, fired))
-            yield pd.DataFrame(
-                {"key": [key[0]], "count": [self.count.get()[0]], "due": [due], "fired": [fired]}
-            )
-
-        def close(self) -> None:
-            pass
 
     spark.dataSource.register(KafkaDataSource)
     firings: list[tuple[int, int, int]] = []
@@ -279,6 +278,49 @@ def _fill(bootstrap: str, keys: int) -> str:
     return topic
 
 
+def _tws_session(master: str) -> Any:
+    """A plain SparkSession with the RocksDB state store (what transformWithState requires)."""
+    from pyspark.sql import SparkSession
+
+    python_path = os.pathsep.join(dict.fromkeys([os.getcwd(), *(p for p in sys.path if p)]))
+    os.environ["PYTHONPATH"] = python_path  # the JVM and its Python workers inherit it
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("bench-timers-transformWithStateInPandas")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "3")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.executorEnv.PYTHONPATH", python_path)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _one_run(args: argparse.Namespace) -> dict:
+    """One contender in this process (each in its own process: its own SparkSession)."""
+    from processor_api.logging import configure_logging
+
+    configure_logging("console", level="WARNING")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.contender == "run-topology":
+        from processor_api.spark.runner import RunSettings, build_spark_session
+
+        spark = build_spark_session(
+            RunSettings(bootstrap_servers=args.bootstrap, master=args.master), "bench-timers", 3
+        )
+        result = run_topology_contender(spark, args, args.input_topic)
+    else:
+        spark = _tws_session(args.master)
+        result = tws_contender(spark, args, args.input_topic)
+    spark.stop()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -286,43 +328,43 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--contender", choices=["run-topology", "transformWithStateInPandas"])
+    parser.add_argument("--input-topic")
     args = parser.parse_args()
+    if args.contender:
+        print(json.dumps(_one_run(args)), flush=True)
+        return
 
-    from processor_api.logging import configure_logging
-    from processor_api.spark.runner import RunSettings, build_spark_session
+    import subprocess
 
-    configure_logging("console", level="WARNING")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = build_spark_session(
-        RunSettings(bootstrap_servers=args.bootstrap, master=args.master), "bench-timers", 3
-    )
-    spark.conf.set(
-        "spark.sql.streaming.stateStore.providerClass",
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    )
     input_topic = _fill(args.bootstrap, args.keys)
-    contenders = [
-        ("run-topology", run_topology_contender),
-        ("transformWithStateInPandas", tws_contender),
-    ]
+    contenders = ["run-topology", "transformWithStateInPandas"]
     runs = []
     for rep in range(args.reps):
-        order = contenders[rep % 2 :] + contenders[: rep % 2]
-        for _name, contender in order:
-            result = contender(spark, args, input_topic)
+        for name in contenders[rep % 2 :] + contenders[: rep % 2]:
+            cmd = [
+                sys.executable, "-m", "bench.timers", "--bootstrap", args.bootstrap,
+                "--seconds", str(args.seconds), "--master", args.master,
+                "--contender", name, "--input-topic", input_topic,
+            ]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            result = (
+                json.loads(lines[-1])
+                if lines
+                else {"contender": name, "error": done.stderr[-2000:]}
+            )
             result["rep"] = rep
             print(json.dumps(result), file=sys.stderr, flush=True)
             runs.append(result)
-    spark.stop()
     summary = {}
-    for name, _ in contenders:
+    for name in contenders:
         mine = [r for r in runs if r["contender"] == name and r.get("entries_per_s")]
         rates = sorted(r["entries_per_s"] for r in mine)
+        p50s = sorted(r["lateness_p50_ms"] for r in mine)
         summary[name] = {
             "entries_per_s_median": rates[len(rates) // 2] if rates else None,
-            "lateness_p50_ms_median": sorted(r["lateness_p50_ms"] for r in mine)[len(mine) // 2]
-            if mine
-            else None,
+            "lateness_p50_ms_median": p50s[len(p50s) // 2] if p50s else None,
             "lateness_p99_ms_max": max((r["lateness_p99_ms"] for r in mine), default=None),
         }
     print(
