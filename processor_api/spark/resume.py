@@ -20,6 +20,13 @@ import json
 from pathlib import Path
 
 from processor_api.errors import ConfigError
+from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.group import committed_offsets
+from processor_api.kafka.topics import TopicPlan
+from processor_api.logging import get_logger
+from processor_api.topology import Topology
+
+_log = get_logger("processor_api.runner")
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
@@ -95,3 +102,67 @@ def starting_offsets_json(group: Offsets) -> str:
     for (topic, partition), offset in sorted(group.items()):
         out.setdefault(topic, {})[str(partition)] = offset
     return json.dumps(out)
+
+
+def check_checkpoint_mode(checkpoint_dir: str, available_now: bool) -> None:
+    """Refuse to resume a checkpoint written in the other mode.
+
+    Continuous runs use a processing-time GroupState timeout and available-now runs none
+    (Spark never ends an AvailableNow query otherwise); Spark stores the state with a
+    different schema in each case and cannot resume one from the other.
+    """
+    mode = "available-now" if available_now else "continuous"
+    checkpoint = Path(checkpoint_dir)
+    marker = checkpoint / "processor_api_mode"
+    if marker.exists():
+        recorded = marker.read_text().strip()
+        if recorded != mode:
+            raise ConfigError(
+                f"the Spark checkpoint {checkpoint} was written by a {recorded} run and "
+                f"cannot be resumed by a {mode} run (Spark's state schema differs); run in "
+                f"{recorded} mode, or use another --checkpoint-dir/--application-id"
+            )
+        return
+    if (checkpoint / "offsets").exists():
+        return  # a checkpoint from before the marker existed: let Spark decide
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker.write_text(mode + "\n")
+
+
+def resume_offsets(
+    bootstrap_servers: str,
+    application_id: str,
+    checkpoint_dir: str,
+    plan: TopicPlan,
+    topology: Topology,
+    kafka: KafkaClientConfig,
+) -> str:
+    """The source's starting offsets: the checkpoint's, the group's, or the reset policy's."""
+    partitions = [
+        (topic, p)
+        for topics in (plan.external_sources, plan.internal)
+        for topic, count in topics.items()
+        for p in range(count)
+    ]
+    group = committed_offsets(bootstrap_servers, application_id, partitions, kafka=kafka)
+    positions = checkpoint_positions(checkpoint_dir)
+    if positions is not None:
+        check_agreement(checkpoint_dir, *positions, group, application_id)
+        return _reset_policy(topology)  # Spark resumes from its checkpoint
+    if group:
+        _log.info(
+            "resuming_from_consumer_group",
+            group=application_id,
+            partitions=len(group),
+            detail="no Spark checkpoint: the source starts at the group's committed "
+            "offsets and tasks adopt their last commit marker",
+        )
+        return starting_offsets_json(group)
+    return _reset_policy(topology)
+
+
+def _reset_policy(topology: Topology) -> str:
+    policies = {
+        node.offset_reset for node in topology.nodes.values() if hasattr(node, "offset_reset")
+    }
+    return "latest" if policies == {"latest"} else "earliest"

@@ -7,13 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from processor_api.spark import runner
-from processor_api.spark.runner import (
-    LOG4J2_PROPERTIES,
-    RunSettings,
-    _driver_launch_conf,
-    _Progress,
-)
+from processor_api.spark import progress as progress_module
+from processor_api.spark.progress import Progress
+from processor_api.spark.session import LOG4J2_PROPERTIES, _driver_launch_conf
+from processor_api.spark.settings import RunSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,14 +104,14 @@ class _Log:
 
 def test_progress_reports_rate_and_lag_per_task(monkeypatch):
     log = _Log()
-    monkeypatch.setattr(runner, "_log", log)
+    monkeypatch.setattr(progress_module, "_log", log)
     asked: list[list[tuple[str, int]]] = []
 
     def ends(keys):
         asked.append(keys)
         return {("in", 0): 100, ("in", 1): 40}
 
-    progress = _Progress(ends, interval_s=0.0)
+    progress = Progress(ends, interval_s=0.0)
     progress.on_batch(_Frame(_batch("0_0", 60, {"in": 60}) + _batch("0_1", 40, {"in": 40})), 0)
     (report,) = [e for e in log.events if e["event"] == "progress"]
     assert report["records"] == 100 and report["lag"] == 40
@@ -125,7 +122,7 @@ def test_progress_reports_rate_and_lag_per_task(monkeypatch):
 
 def test_no_progress_event_before_the_interval(monkeypatch):
     log = _Log()
-    monkeypatch.setattr(runner, "_log", log)
-    progress = _Progress(lambda keys: {}, interval_s=3600.0)
+    monkeypatch.setattr(progress_module, "_log", log)
+    progress = Progress(lambda keys: {}, interval_s=3600.0)
     progress.on_batch(_Frame(_batch("0_0", 5, {"in": 5})), 0)
     assert [e["event"] for e in log.events] == ["batch_done"]

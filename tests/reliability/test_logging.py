@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 
-from processor_api.spark.runner import explain_failure
+from processor_api.spark.failures import explain_failure
 from tests.harness.logs import parse_log_line
 from tests.harness.processes import REPO_ROOT
 

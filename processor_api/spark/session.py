@@ -1,0 +1,152 @@
+"""The driver's SparkSession: a quiet JVM (log4j at ERROR unless debug, no banner, no
+progress bar), launched in its own session so a Ctrl-C reaches the driver first, with workers
+that import the driver's modules."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from processor_api.logging import LEVEL_ENV, current_level, debug_enabled
+from processor_api.spark.settings import STOP_GRACE_S, RunSettings
+from processor_api.spark.spark_home import compiled_spark_home
+
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
+
+
+def _python_path() -> str:
+    entries = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
+    existing = os.environ.get("PYTHONPATH")
+    if existing:
+        entries.append(existing)
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
+def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -> Any:
+    """A SparkSession for the run (workers can import the driver's modules).
+
+    Quiet unless the log level is debug: Spark's log4j at ERROR from the JVM's start (see
+    log4j2.properties; no banner, no WARN lines), no console progress bar, Python warnings
+    (pandas' FutureWarning) off in the workers. The level reaches the workers as
+    ``$PROCESSOR_API_LOG_LEVEL``.
+    """
+    from pyspark.sql import SparkSession
+
+    python_path = _python_path()
+    quiet = not debug_enabled()
+    os.environ["PYTHONPATH"] = python_path
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if quiet:
+        os.environ.setdefault("PYTHONWARNINGS", "ignore")  # inherited by local workers
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(max(1, task_count)))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.executorEnv.PYTHONPATH", python_path)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.sql.streaming.stopTimeout", str(int(STOP_GRACE_S * 1000)))
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false" if quiet else "true")
+        .config(f"spark.executorEnv.{LEVEL_ENV}", current_level())
+    )
+    if quiet and "PYTHONWARNINGS" not in settings.spark_conf:
+        builder = builder.config("spark.executorEnv.PYTHONWARNINGS", "ignore")
+    for key, value in settings.spark_conf.items():
+        builder = builder.config(key, value)
+    _launch_jvm_in_own_session(_driver_launch_conf(settings, quiet), quiet)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
+    return session
+
+
+#: JVM options of the driver (the executors too with ``local[...]``: one JVM). The JVM no
+#: longer sees a record (tasks read their own input in task hosts): it plans offset ranges,
+#: keeps a few rows of GroupState and schedules Spark tasks, so start-up matters more than
+#: peak JIT code: C1 only (``TieredStopAtLevel=1``) compiles quickly, and the serial collector
+#: starts no GC worker threads on a small machine. ``--spark-conf
+#: spark.driver.extraJavaOptions=...`` replaces these (an empty value: the JVM's defaults);
+#: ``PROCESSOR_API_DRIVER_JAVA_OPTIONS`` does the same from the environment.
+DEFAULT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _driver_launch_conf(settings: RunSettings, quiet: bool = True) -> dict[str, str]:
+    """Settings the driver's JVM must get when it is launched, not from the builder.
+
+    In local mode, ``spark.driver.*`` JVM settings set on the builder come too late (the JVM
+    is already running when the session is built); ``spark-submit --conf`` applies them.
+    The log4j2 configuration (log4j2.properties, levels from ``quiet``) always goes first, so
+    that Spark is quiet from the JVM's first line.
+    """
+    conf = {
+        key: value
+        for key, value in settings.spark_conf.items()
+        if key in ("spark.driver.extraJavaOptions", "spark.driver.memory")
+    }
+    options = conf.get(
+        "spark.driver.extraJavaOptions",
+        os.environ.get("PROCESSOR_API_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS),
+    )
+    logging_options = [
+        f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
+        f"-Dprocessor_api.spark.level={'ERROR' if quiet else 'WARN'}",
+        f"-Dprocessor_api.spark.failure.level={'OFF' if quiet else 'ERROR'}",
+    ]
+    conf["spark.driver.extraJavaOptions"] = " ".join([*logging_options, options.strip()]).strip()
+    return conf
+
+
+#: Lines the JVM prints before any logging is set up, dropped unless the level is debug.
+_JVM_NOISE = (re.compile(rb"^WARNING: Using incubator modules"),)
+
+
+def _forward_jvm_stderr(stream: Any, quiet: bool) -> None:
+    """Copy the JVM's stderr (its own and its Python workers' lines) to ours, line by line."""
+    for line in iter(stream.readline, b""):
+        if quiet and any(pattern.match(line) for pattern in _JVM_NOISE):
+            continue
+        try:
+            os.write(2, line)
+        except OSError:
+            return
+
+
+def _launch_jvm_in_own_session(
+    launch_conf: dict[str, str] | None = None, quiet: bool = False
+) -> None:
+    """Start Spark's JVM (from the compiled ``SPARK_HOME``, see spark_home.py) in a session of its own.
+
+    ``kill -TERM -<pgid>`` (or systemd's control-group stop) then reaches only this driver
+    process, which stops the query after the batch in flight; the JVM would otherwise die at
+    once and take the batch with it. The JVM still exits when the driver exits (it watches its
+    standard input).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is None:
+        spark_home = compiled_spark_home()  # workers import a byte-compiled pyspark.zip
+        if spark_home:
+            os.environ["SPARK_HOME"] = spark_home
+        conf = SparkConf(loadDefaults=False).setAll(list((launch_conf or {}).items()))
+        # the JVM's stderr goes through a pipe read from before it starts, so that what it
+        # prints when it cannot start still reaches the terminal
+        read_end, write_end = os.pipe()
+        threading.Thread(
+            target=_forward_jvm_stderr,
+            args=(os.fdopen(read_end, "rb"), quiet),
+            name="spark-jvm-stderr",
+            daemon=True,
+        ).start()
+        try:
+            gateway = launch_gateway(
+                conf=conf, popen_kwargs={"start_new_session": True, "stderr": write_end}
+            )
+        finally:
+            os.close(write_end)
+        SparkContext._ensure_initialized(gateway=gateway)

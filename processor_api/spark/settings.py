@@ -1,0 +1,56 @@
+"""What a run is told (``RunSettings``, the ``run-topology`` flags) and what it did (``RunResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: How long stopping a query waits for the micro-batch in flight.
+STOP_GRACE_S = 60.0
+
+
+@dataclass
+class RunSettings:
+    """How to run a topology (the ``run-topology`` flags)."""
+
+    bootstrap_servers: str
+    application_id: str = "processor-api-app"
+    state_dir: str = "./state"
+    checkpoint_dir: str | None = None
+    master: str = "local[*]"
+    processing_guarantee: str = "at_least_once"
+    #: None: chosen from the topology's wall-clock schedules (``spark/trigger.py``).
+    trigger_interval_s: float | None = None
+    available_now: bool = False
+    max_records_per_batch: int = 200_000
+    config: dict[str, Any] = field(default_factory=dict)
+    log_format: str = "console"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    #: Kafka client settings for every client of the run (``--kafka-config``); keys prefixed
+    #: ``consumer.``, ``producer.`` or ``admin.`` apply to that role only (see
+    #: :class:`~processor_api.kafka.client_config.KafkaClientConfig`).
+    kafka_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resolved_checkpoint_dir(self) -> str:
+        if self.checkpoint_dir:
+            return self.checkpoint_dir
+        return str(Path(self.state_dir) / self.application_id / "_spark_checkpoint")
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where failure reports go: ``STATE_DIR/APP_ID/logs``."""
+        return Path(self.state_dir) / self.application_id / "logs"
+
+
+@dataclass
+class RunResult:
+    """What a finished run did."""
+
+    batches: int = 0
+    records: int = 0
+    outputs: int = 0
+    changelog_records: int = 0
+    restored: int = 0
+    duration_s: float = 0.0
