@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore
 from processor_api.state.segments import SegmentedBytesStore
+from processor_api.state.typed_store import TypedStore
 
 _log = get_logger(__name__)
 
@@ -33,16 +33,7 @@ def find_layer(layer: Any, kind: type[T]) -> T | None:
     return None
 
 
-def check_time(store: str, what: str, value: Any) -> int:
-    """``value`` as a non-negative int timestamp, else ``StoreError`` naming store and value."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreError(
-            f"state store {store!r}: {what} must be a non-negative int (epoch ms), got {value!r}"
-        )
-    return value
-
-
-class TimeOrderedStore:
+class TimeOrderedStore(TypedStore):
     """Base of the typed window and session stores: serdes, retention and lifecycle.
 
     The observed stream time is the largest timestamp put so far (window start, session end),
@@ -57,29 +48,10 @@ class TimeOrderedStore:
         value_serde: Serde,
         retention_period: int,
     ) -> None:
-        self._name = name
-        self.bytes_store = bytes_store
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(name, bytes_store, key_serde, value_serde)
         self.retention_period = retention_period
         self._segments = find_layer(bytes_store, SegmentedBytesStore)
         self._observed = -1
-        self._open = True
-
-    @property
-    def name(self) -> str:
-        """The store's name."""
-        return self._name
-
-    @property
-    def persistent(self) -> bool:
-        """True when the data lives on local disk (RocksDB)."""
-        return self.bytes_store.persistent
-
-    @property
-    def is_open(self) -> bool:
-        """True until :meth:`close`."""
-        return self._open and self.bytes_store.is_open
 
     @property
     def observed_stream_time(self) -> int:
@@ -98,15 +70,6 @@ class TimeOrderedStore:
         """Kafka Streams' rule: dropped once ``timestamp <= observed - retention``."""
         return timestamp <= self.observed_stream_time - self.retention_period
 
-    def _check_open(self) -> None:
-        if not self.is_open:
-            raise StoreError(f"state store {self._name!r} is closed")
-
-    def _key_bytes(self, key: Any, what: str = "key") -> bytes:
-        if key is None:
-            raise StoreError(f"state store {self._name!r}: {what} must not be None")
-        return self.key_serde.serialize(key)  # type: ignore[return-value]
-
     def _invalid_range(self, lo: bytes | None, hi: bytes | None) -> bool:
         if lo is not None and hi is not None and lo > hi:
             _log.warning("store_range_inverted", store=self._name, detail=INVALID_RANGE_WARNING)
@@ -117,19 +80,3 @@ class TimeOrderedStore:
         """An estimate of the number of stored records (exact for in-memory stores)."""
         self._check_open()
         return self.bytes_store.approximate_num_entries()
-
-    def flush(self) -> None:
-        """Flush every layer: the cache (its writes reach the change log), then the store."""
-        self._check_open()
-        self.bytes_store.flush()
-
-    def close(self) -> None:
-        """Close the store and its layers. Idempotent; later use raises ``StoreError``."""
-        if not self._open:
-            return
-        self._open = False
-        self.bytes_store.close()
-
-    def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"{type(self).__name__}({self._name!r}, {state}, persistent={self.persistent})"

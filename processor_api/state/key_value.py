@@ -9,6 +9,7 @@ from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore, KeyValue
+from processor_api.state.typed_store import TypedStore
 
 if TYPE_CHECKING:
     from processor_api.state.undo import UndoLog
@@ -85,7 +86,7 @@ class KeyValueIterator(Iterator[KeyValue]):
         self.close()
 
 
-class KeyValueStore:
+class KeyValueStore(TypedStore):
     """A key-value state store of Python objects, ordered by their serialized key bytes.
 
     Keys and values are turned into bytes with ``key_serde`` and ``value_serde``; the order
@@ -97,33 +98,12 @@ class KeyValueStore:
     def __init__(
         self, name: str, bytes_store: BytesStore, key_serde: Serde, value_serde: Serde
     ) -> None:
-        self._name = name
-        self.bytes_store = bytes_store
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self._open = True
+        super().__init__(name, bytes_store, key_serde, value_serde)
         # Undo journal of the task (see state.undo), and the last key read or written with
         # its value bytes, so that a put after a get of the same key journals for free.
         self._undo: list[tuple[KeyValueStore, bytes, bytes | None]] | None = None
         self._last_key: bytes | None = None
         self._last_value: bytes | None = None
-
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def name(self) -> str:
-        """The store's name."""
-        return self._name
-
-    @property
-    def persistent(self) -> bool:
-        """True when the data lives on local disk (RocksDB)."""
-        return self.bytes_store.persistent
-
-    @property
-    def is_open(self) -> bool:
-        """True until :meth:`close`."""
-        return self._open and self.bytes_store.is_open
 
     # ------------------------------------------------------------------ undo journal
 
@@ -137,10 +117,6 @@ class KeyValueStore:
         self._last_key = self._last_value = None
 
     # ------------------------------------------------------------------ helpers
-
-    def _check_open(self) -> None:
-        if not self.is_open:
-            raise StoreError(f"state store {self._name!r} is closed")
 
     def _serialize_key(self, key: Any) -> bytes:
         if key is None:
@@ -295,22 +271,3 @@ class KeyValueStore:
         """Return an estimate of the number of entries (exact for in-memory stores)."""
         self._check_open()
         return self.bytes_store.approximate_num_entries()
-
-    def flush(self) -> None:
-        """Flush every layer: the cache (its writes reach the change log), then the store."""
-        self._check_open()
-        self.bytes_store.flush()
-
-    def close(self) -> None:
-        """Close the store and its layers (dirty cache entries are written back first).
-
-        Idempotent. Any later use of the store, or of its open iterators, raises ``StoreError``.
-        """
-        if not self._open:
-            return
-        self._open = False
-        self.bytes_store.close()
-
-    def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"KeyValueStore({self._name!r}, {state}, persistent={self.persistent})"

@@ -8,7 +8,7 @@ from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore, KeyValue
-from processor_api.state.facade import TimeOrderedStore, check_time
+from processor_api.state.facade import TimeOrderedStore
 from processor_api.state.iterators import StoreIterator
 from processor_api.state.key_schemas import (
     SESSION_SUFFIX,
@@ -16,6 +16,7 @@ from processor_api.state.key_schemas import (
     session_key_parts,
     upper_bound_for_keys_up_to,
 )
+from processor_api.state.typed_store import check_time
 from processor_api.state.windowed_types import MAX_TIMESTAMP, SessionWindow, Windowed
 
 _log = get_logger(__name__)

@@ -81,10 +81,6 @@ class TimestampedKeyValueStore(KeyValueStore):
         super().__init__(name, bytes_store, key_serde, ValueAndTimestampSerde(value_serde, name))
         self.plain_value_serde = value_serde
 
-    def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"TimestampedKeyValueStore({self.name!r}, {state}, persistent={self.persistent})"
-
 
 class TimestampedWindowStore(WindowStore):
     """A :class:`WindowStore` whose values are ``ValueAndTimestamp(value, timestamp)``."""

@@ -23,6 +23,7 @@ from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore
 from processor_api.state.changelogging import ChangeRecord
 from processor_api.state.key_schemas import TIMESTAMP_SIZE, pack_long, unpack_long
+from processor_api.state.typed_store import TypedStore, check_time
 from processor_api.state.windowed_types import MAX_TIMESTAMP, VersionedRecord
 
 _log = get_logger(__name__)
@@ -228,7 +229,7 @@ class ChangeLoggingVersionedBytesStore:
         self.inner.close()
 
 
-class VersionedKeyValueStore:
+class VersionedKeyValueStore(TypedStore):
     """A key-value store keeping each key's versions by timestamp, for ``history_retention`` ms.
 
     ``put(key, value, timestamp)`` returns the new version's ``valid_to`` (the next newer
@@ -245,45 +246,15 @@ class VersionedKeyValueStore:
         value_serde: Serde,
         history_retention: int,
     ) -> None:
-        self._name = name
-        self.bytes_store = bytes_store
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(name, bytes_store, key_serde, value_serde)
         self.history_retention = history_retention
-        self._open = True
-
-    @property
-    def name(self) -> str:
-        """The store's name."""
-        return self._name
-
-    @property
-    def persistent(self) -> bool:
-        """True when the data lives on local disk (RocksDB)."""
-        return self.bytes_store.persistent
-
-    @property
-    def is_open(self) -> bool:
-        """True until :meth:`close`."""
-        return self._open and self.bytes_store.is_open
-
-    def _check_open(self) -> None:
-        if not self.is_open:
-            raise StoreError(f"state store {self._name!r} is closed")
 
     def _key(self, key: Any) -> bytes:
         self._check_open()
-        if key is None:
-            raise StoreError(f"state store {self._name!r}: key must not be None")
-        return self.key_serde.serialize(key)  # type: ignore[return-value]
+        return self._key_bytes(key)
 
     def _timestamp(self, what: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise StoreError(
-                f"state store {self._name!r}: {what} must be a non-negative int (epoch ms), "
-                f"got {value!r}"
-            )
-        return value
+        return check_time(self._name, what, value)
 
     def _record(self, raw: RawVersion | None) -> VersionedRecord | None:
         if raw is None:
@@ -326,22 +297,6 @@ class VersionedKeyValueStore:
         key_bytes = self._key(key)
         timestamp = self._timestamp("timestamp", timestamp)
         return self._record(self.bytes_store.delete(key_bytes, timestamp))
-
-    def flush(self) -> None:
-        """Flush the store."""
-        self._check_open()
-        self.bytes_store.flush()
-
-    def close(self) -> None:
-        """Close the store. Idempotent; later use raises ``StoreError``."""
-        if not self._open:
-            return
-        self._open = False
-        self.bytes_store.close()
-
-    def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"VersionedKeyValueStore({self._name!r}, {state}, persistent={self.persistent})"
 
 
 def restore_writer(inner: BytesStore, history_retention: int) -> Callable[[list], None]:

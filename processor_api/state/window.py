@@ -9,7 +9,7 @@ from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore, KeyValue
-from processor_api.state.facade import TimeOrderedStore, check_time
+from processor_api.state.facade import TimeOrderedStore
 from processor_api.state.iterators import StoreIterator, WindowStoreIterator
 from processor_api.state.key_schemas import (
     MAX_SEQNUM,
@@ -19,6 +19,7 @@ from processor_api.state.key_schemas import (
     window_key_parts,
     window_start_of,
 )
+from processor_api.state.typed_store import check_time
 from processor_api.state.windowed_types import MAX_TIMESTAMP, Windowed
 
 _log = get_logger(__name__)
