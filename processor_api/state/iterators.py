@@ -1,4 +1,5 @@
-"""Iterators returned by the window and session stores."""
+"""Iterators returned by the stores: the peek/close/context-manager base of every store
+iterator, and the decoding iterator of the window and session stores."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any, Protocol
 
 from processor_api.state.base import KeyValue
 
-_NO_PEEK = object()
+NO_PEEK = object()
+"""What ``_peeked`` holds when nothing was peeked."""
 
 Decoder = Callable[[bytes, bytes], KeyValue | None]
 """Turns one stored ``(key, value)`` into the entry to return, or ``None`` to skip it."""
@@ -17,7 +19,40 @@ class _OpenCheck(Protocol):
     def _check_open(self) -> None: ...
 
 
-class StoreIterator(Iterator[KeyValue]):
+class PeekableIterator(Iterator[KeyValue]):
+    """Kafka Streams' ``KeyValueIterator`` contract: :meth:`peek_next_key`, :meth:`close`,
+    and a context manager. Subclasses set ``_entries`` and ``_peeked`` and define
+    ``__next__`` (which returns a peeked entry first)."""
+
+    __slots__ = ()
+    _entries: Iterator[tuple[bytes, bytes]]
+    _peeked: Any
+
+    def __iter__(self) -> PeekableIterator:
+        return self
+
+    def peek_next_key(self) -> Any:
+        """The key :func:`next` would return, without consuming it (``StopIteration`` at end)."""
+        if self._peeked is NO_PEEK:
+            self._peeked = next(self)
+        return self._peeked.key
+
+    def close(self) -> None:
+        """Release the iterator early (optional: exhausting it releases it too)."""
+        close = getattr(self._entries, "close", None)
+        if close is not None:
+            close()
+        self._entries = iter(())
+        self._peeked = NO_PEEK
+
+    def __enter__(self) -> PeekableIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StoreIterator(PeekableIterator):
     """Iterator of :class:`KeyValue` over a store's raw entries, decoded one by one.
 
     Like Kafka Streams' ``KeyValueIterator``: :meth:`peek_next_key`, :meth:`close`, and a
@@ -32,15 +67,12 @@ class StoreIterator(Iterator[KeyValue]):
         self._store = store
         self._entries = entries
         self._decode = decode
-        self._peeked: Any = _NO_PEEK
-
-    def __iter__(self) -> StoreIterator:
-        return self
+        self._peeked: Any = NO_PEEK
 
     def __next__(self) -> KeyValue:
         self._store._check_open()
-        if self._peeked is not _NO_PEEK:
-            entry, self._peeked = self._peeked, _NO_PEEK
+        if self._peeked is not NO_PEEK:
+            entry, self._peeked = self._peeked, NO_PEEK
             return entry
         decode = self._decode
         for key, value in self._entries:
@@ -48,26 +80,6 @@ class StoreIterator(Iterator[KeyValue]):
             if entry is not None:
                 return entry
         raise StopIteration
-
-    def peek_next_key(self) -> Any:
-        """The key :func:`next` would return, without consuming it (``StopIteration`` at end)."""
-        if self._peeked is _NO_PEEK:
-            self._peeked = next(self)
-        return self._peeked.key
-
-    def close(self) -> None:
-        """Release the iterator early (optional: exhausting it releases it too)."""
-        close = getattr(self._entries, "close", None)
-        if close is not None:
-            close()
-        self._entries = iter(())
-        self._peeked = _NO_PEEK
-
-    def __enter__(self) -> StoreIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class WindowStoreIterator(StoreIterator):

@@ -9,6 +9,7 @@ from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore, KeyValue
+from processor_api.state.iterators import NO_PEEK, PeekableIterator
 from processor_api.state.typed_store import TypedStore
 
 if TYPE_CHECKING:
@@ -16,10 +17,8 @@ if TYPE_CHECKING:
 
 _log = get_logger(__name__)
 
-_NO_PEEK = object()
 
-
-class KeyValueIterator(Iterator[KeyValue]):
+class KeyValueIterator(PeekableIterator):
     """Iterator of :class:`KeyValue` returned by the range-type methods of a store.
 
     Like Kafka Streams' ``KeyValueIterator``: it also offers :meth:`peek_next_key` and
@@ -32,17 +31,14 @@ class KeyValueIterator(Iterator[KeyValue]):
     def __init__(self, store: KeyValueStore, entries: Iterator[tuple[bytes, bytes]]) -> None:
         self._store = store
         self._entries = entries
-        self._peeked: Any = _NO_PEEK
-
-    def __iter__(self) -> KeyValueIterator:
-        return self
+        self._peeked: Any = NO_PEEK
 
     def __next__(self) -> KeyValue:
         store = self._store
         if not store._open:
             store._check_open()
-        if self._peeked is not _NO_PEEK:
-            entry, self._peeked = self._peeked, _NO_PEEK
+        if self._peeked is not NO_PEEK:
+            entry, self._peeked = self._peeked, NO_PEEK
             return entry
         key, value = next(self._entries)
         return KeyValue(store._deserialize_key(key), store._deserialize_value(value))
@@ -58,32 +54,9 @@ class KeyValueIterator(Iterator[KeyValue]):
         store = self._store
         if not store._open:
             store._check_open()
-        if self._peeked is not _NO_PEEK:
+        if self._peeked is not NO_PEEK:
             return None
         return store, self._entries
-
-    def peek_next_key(self) -> Any:
-        """Return the key :func:`next` would return, without consuming it.
-
-        Raises ``StopIteration`` when there is no next entry.
-        """
-        if self._peeked is _NO_PEEK:
-            self._peeked = next(self)
-        return self._peeked.key
-
-    def close(self) -> None:
-        """Release the iterator early (optional: exhausting it releases it too)."""
-        close = getattr(self._entries, "close", None)
-        if close is not None:
-            close()
-        self._entries = iter(())
-        self._peeked = _NO_PEEK
-
-    def __enter__(self) -> KeyValueIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class KeyValueStore(TypedStore):
