@@ -63,45 +63,11 @@ class TimestampedKeyValueBytesStoreSupplier(KeyValueBytesStoreSupplier):
         super().__init__(name, persistent, _base_factory(persistent))
 
 
-class WindowBytesStoreSupplier(KeyValueBytesStoreSupplier):
-    """Segmented byte store of a window store (RocksDB or in-memory underneath)."""
+class _SegmentedBytesStoreSupplier(KeyValueBytesStoreSupplier):
+    """A byte store in time segments (RocksDB or in-memory underneath), dropped by retention."""
 
-    kind = "window"
-
-    def __init__(
-        self,
-        name: str,
-        persistent: bool,
-        retention_period: int | timedelta,
-        window_size: int | timedelta,
-        retain_duplicates: bool,
-    ) -> None:
-        super().__init__(name, persistent, self._segmented)
-        self.retention_period = duration_ms(name, "retention period", retention_period)
-        self.window_size = duration_ms(name, "window size", window_size)
-        if self.window_size > self.retention_period:
-            raise StoreError(
-                f"state store {name!r}: the retention period ({self.retention_period} ms) must "
-                f"be no smaller than the window size ({self.window_size} ms)"
-            )
-        self.retain_duplicates = bool(retain_duplicates)
-        self.segment_interval = segment_interval_for(self.retention_period)
-        self._backing = _base_factory(persistent)
-
-    def _segmented(self, name: str, state_dir: Path | None) -> BytesStore:
-        return SegmentedBytesStore(
-            self._backing(name, state_dir),
-            retention_period=self.retention_period,
-            segment_interval=self.segment_interval,
-            timestamp_of=window_start_of,
-            min_key_size=WINDOW_SUFFIX,
-        )
-
-
-class SessionBytesStoreSupplier(KeyValueBytesStoreSupplier):
-    """Segmented byte store of a session store, segments by session end."""
-
-    kind = "session"
+    _timestamp_of: Callable[[bytes], int]
+    _min_key_size: int
 
     def __init__(self, name: str, persistent: bool, retention_period: int | timedelta) -> None:
         super().__init__(name, persistent, self._segmented)
@@ -114,9 +80,42 @@ class SessionBytesStoreSupplier(KeyValueBytesStoreSupplier):
             self._backing(name, state_dir),
             retention_period=self.retention_period,
             segment_interval=self.segment_interval,
-            timestamp_of=session_end_of,
-            min_key_size=SESSION_SUFFIX,
+            timestamp_of=type(self)._timestamp_of,
+            min_key_size=self._min_key_size,
         )
+
+
+class WindowBytesStoreSupplier(_SegmentedBytesStoreSupplier):
+    """Segmented byte store of a window store, segments by window start."""
+
+    kind = "window"
+    _timestamp_of = staticmethod(window_start_of)
+    _min_key_size = WINDOW_SUFFIX
+
+    def __init__(
+        self,
+        name: str,
+        persistent: bool,
+        retention_period: int | timedelta,
+        window_size: int | timedelta,
+        retain_duplicates: bool,
+    ) -> None:
+        super().__init__(name, persistent, retention_period)
+        self.window_size = duration_ms(name, "window size", window_size)
+        if self.window_size > self.retention_period:
+            raise StoreError(
+                f"state store {name!r}: the retention period ({self.retention_period} ms) must "
+                f"be no smaller than the window size ({self.window_size} ms)"
+            )
+        self.retain_duplicates = bool(retain_duplicates)
+
+
+class SessionBytesStoreSupplier(_SegmentedBytesStoreSupplier):
+    """Segmented byte store of a session store, segments by session end."""
+
+    kind = "session"
+    _timestamp_of = staticmethod(session_end_of)
+    _min_key_size = SESSION_SUFFIX
 
 
 class VersionedBytesStoreSupplier(KeyValueBytesStoreSupplier):
