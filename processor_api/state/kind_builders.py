@@ -50,6 +50,12 @@ def duration_ms(store: str, what: str, value: int | timedelta) -> int:
     return value
 
 
+def windowed_changelog_defaults(retention_period: int) -> dict[str, str]:
+    """Topic settings of a window or session store's changelog (Kafka Streams' defaults)."""
+    retention = retention_period + CHANGELOG_ADDITIONAL_RETENTION_MS
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+
+
 def _base_factory(persistent: bool) -> Callable[[str, Path | None], BytesStore]:
     return _rocksdb_factory if persistent else _in_memory_factory
 
@@ -155,6 +161,7 @@ class WindowStoreBuilder(StoreBuilder):
 
     kind = "window"
     supplier: WindowBytesStoreSupplier
+    facade_class: type[WindowStore] = WindowStore
 
     def __init__(self, supplier: WindowBytesStoreSupplier, key_serde: Serde, value_serde: Serde):
         _require(supplier, ("window",), "window_store_builder")
@@ -162,12 +169,11 @@ class WindowStoreBuilder(StoreBuilder):
 
     def changelog_topic_defaults(self) -> dict[str, str]:
         """Kafka Streams' windowed changelog: compacted and deleted after retention + 1 day."""
-        retention = self.supplier.retention_period + CHANGELOG_ADDITIONAL_RETENTION_MS
-        return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+        return windowed_changelog_defaults(self.supplier.retention_period)
 
     def _facade(self, layer: BytesStore) -> WindowStore:
         s = self.supplier
-        return WindowStore(
+        return self.facade_class(
             self.name,
             layer,
             self.key_serde,
@@ -182,18 +188,7 @@ class TimestampedWindowStoreBuilder(WindowStoreBuilder):
     """Builds a :class:`TimestampedWindowStore`: values are ``ValueAndTimestamp``."""
 
     kind = "timestamped-window"
-
-    def _facade(self, layer: BytesStore) -> TimestampedWindowStore:
-        s = self.supplier
-        return TimestampedWindowStore(
-            self.name,
-            layer,
-            self.key_serde,
-            self.value_serde,
-            window_size=s.window_size,
-            retention_period=s.retention_period,
-            retain_duplicates=s.retain_duplicates,
-        )
+    facade_class = TimestampedWindowStore
 
 
 class SessionStoreBuilder(StoreBuilder):
@@ -208,8 +203,7 @@ class SessionStoreBuilder(StoreBuilder):
 
     def changelog_topic_defaults(self) -> dict[str, str]:
         """Kafka Streams' windowed changelog: compacted and deleted after retention + 1 day."""
-        retention = self.supplier.retention_period + CHANGELOG_ADDITIONAL_RETENTION_MS
-        return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+        return windowed_changelog_defaults(self.supplier.retention_period)
 
     def _facade(self, layer: BytesStore) -> SessionStore:
         return SessionStore(
