@@ -109,3 +109,19 @@ def prefix_upper_bound(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+class InnerLayer:
+    """A store layer over ``inner``: persistent and open exactly when ``inner`` is."""
+
+    inner: Any
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the inner store is persistent."""
+        return self.inner.persistent  # type: ignore[no-any-return]
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the inner store is open."""
+        return self.inner.is_open  # type: ignore[no-any-return]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from processor_api.state.base import BytesStore
+from processor_api.state.base import BytesStore, InnerLayer
 
 
 class ChangeRecord(NamedTuple):
@@ -16,7 +16,7 @@ class ChangeRecord(NamedTuple):
     timestamp: int
 
 
-class ChangeLoggingBytesStore(BytesStore):
+class ChangeLoggingBytesStore(InnerLayer, BytesStore):
     """Forwards writes to ``inner`` and keeps a :class:`ChangeRecord` for each, in order.
 
     The runtime calls :meth:`drain_changes` at commit time and produces the records to the
@@ -29,16 +29,6 @@ class ChangeLoggingBytesStore(BytesStore):
         self.name = inner.name
         self.timestamp_fn = timestamp_fn
         self._changes: list[ChangeRecord] = []
-
-    @property
-    def persistent(self) -> bool:
-        """Whether the inner store is persistent."""
-        return self.inner.persistent
-
-    @property
-    def is_open(self) -> bool:
-        """Whether the inner store is open."""
-        return self.inner.is_open
 
     @property
     def pending_change_count(self) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.serdes import Serde
-from processor_api.state.base import BytesStore
+from processor_api.state.base import BytesStore, InnerLayer
 from processor_api.state.changelogging import ChangeRecord
 from processor_api.state.key_schemas import TIMESTAMP_SIZE, pack_long, unpack_long
 from processor_api.state.typed_store import TypedStore, check_time
@@ -42,7 +42,7 @@ RawVersion = tuple[bytes | None, int, int | None]
 """``(value bytes or None for a tombstone, timestamp, valid_to or None)``."""
 
 
-class VersionedBytesStore:
+class VersionedBytesStore(InnerLayer):
     """The versioned store over raw bytes, on top of an ordered byte store ``inner``.
 
     ``history_retention`` bounds both how far back ``get(key, as_of)`` answers and, as in
@@ -55,16 +55,6 @@ class VersionedBytesStore:
         self.inner = inner
         self.name = inner.name
         self.history_retention = history_retention
-
-    @property
-    def persistent(self) -> bool:
-        """Whether the inner store is persistent."""
-        return self.inner.persistent
-
-    @property
-    def is_open(self) -> bool:
-        """Whether the inner store is open."""
-        return self.inner.is_open
 
     @property
     def observed_stream_time(self) -> int:
@@ -180,16 +170,13 @@ class VersionedBytesStore:
         self.inner.close()
 
 
-class ChangeLoggingVersionedBytesStore:
+class ChangeLoggingVersionedBytesStore(InnerLayer):
     """Records every applied put and delete of ``inner`` as a Kafka Streams changelog record."""
 
     def __init__(self, inner: VersionedBytesStore) -> None:
         self.inner = inner
         self.name = inner.name
         self._changes: list[ChangeRecord] = []
-
-    persistent = property(lambda self: self.inner.persistent, doc="Whether data is on disk.")
-    is_open = property(lambda self: self.inner.is_open, doc="Whether the inner store is open.")
 
     @property
     def pending_change_count(self) -> int:
