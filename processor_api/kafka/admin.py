@@ -178,10 +178,12 @@ def topic_partitions(
     timeout_s: float = 10.0,
     *,
     kafka: KafkaClientConfig | None = None,
+    role: str = "topic",
 ) -> dict[str, int]:
     """Partition count of each topic in ``topics``.
 
-    Raises ``MissingTopicError`` naming every topic that does not exist, and
+    Raises ``MissingTopicError`` naming every topic that does not exist (as ``role``, e.g.
+    "source topic", in the message), and
     ``BrokerUnavailableError`` when no broker answers within ``timeout_s``.
     """
     wanted = list(dict.fromkeys(topics))
@@ -191,7 +193,7 @@ def topic_partitions(
     missing = tuple(name for name in wanted if name not in counts)
     if missing:
         raise MissingTopicError(
-            f"topic(s) {', '.join(repr(m) for m in missing)} do not exist on {bootstrap_servers}",
+            f"{role}(s) {', '.join(repr(m) for m in missing)} do not exist on {bootstrap_servers}",
             topics=missing,
         )
     return {name: counts[name] for name in wanted}
