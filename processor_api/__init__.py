@@ -46,7 +46,8 @@ from processor_api.state import (
     WindowStore,
     WindowStoreIterator,
 )
-from processor_api.topology import Topology, TopologyDescription
+from processor_api.topology import Topology
+from processor_api.topology_description import TopologyDescription
 
 __version__ = "0.1.0"
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processor_api.errors import TopologyError
 from processor_api.processor import Processor, Record
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.builder import StoreBuilder
+
+if TYPE_CHECKING:
+    from processor_api.topology_description import TopologyDescription
 
 TimestampExtractor = Callable[[Record, int], int]
 """``extractor(record, partition_time) -> timestamp``: record carries the Kafka timestamp."""
@@ -364,58 +367,6 @@ class Topology:
 
     def describe(self) -> TopologyDescription:
         """A description whose ``str()`` is Kafka Streams' ``TopologyDescription`` text."""
+        from processor_api.topology_description import TopologyDescription
+
         return TopologyDescription(self)
-
-
-class TopologyDescription:
-    """Structure of a :class:`Topology`; ``str()`` gives Kafka Streams' text format."""
-
-    def __init__(self, topology: Topology) -> None:
-        self._topology = topology
-        self.subtopologies = topology.subtopologies()
-
-    def __str__(self) -> str:
-        nodes = self._topology.nodes
-        children = {name: list(getattr(node, "children", [])) for name, node in nodes.items()}
-        parents = {name: list(getattr(node, "parents", ())) for name, node in nodes.items()}
-        size: dict[str, int] = {}
-
-        def subtree_size(name: str) -> int:
-            if name not in size:
-                size[name] = 1 + sum(subtree_size(c) for c in children[name])
-            return size[name]
-
-        def order(names: Iterable[str]) -> list[str]:
-            return sorted(names, key=lambda n: (-subtree_size(n), n))
-
-        def names(items: Iterable[str]) -> str:
-            ordered = order(items)
-            return ", ".join(ordered) if ordered else "none"
-
-        def render(name: str) -> str:
-            node = nodes[name]
-            if isinstance(node, SourceNode):
-                return (
-                    f"Source: {name} (topics: [{', '.join(node.topics)}])\n"
-                    f"      --> {names(children[name])}"
-                )
-            if isinstance(node, ProcessorNode):
-                return (
-                    f"Processor: {name} (stores: [{', '.join(sorted(node.stores))}])\n"
-                    f"      --> {names(children[name])}\n"
-                    f"      <-- {names(parents[name])}"
-                )
-            if node.topic is not None:
-                target = f"topic: {node.topic}"
-            else:
-                target = f"extractor class: {node.topic_extractor!r}"
-            return f"Sink: {name} ({target})\n      <-- {names(parents[name])}"
-
-        out = ["Topologies:\n "]
-        for sub in self.subtopologies:
-            body = "".join(f"    {render(n)}\n" for n in order(sub.node_names))
-            out.append(f"  Sub-topology: {sub.id}\n{body}\n")
-        return "".join(out)
-
-    def __repr__(self) -> str:
-        return str(self)
