@@ -92,6 +92,16 @@ class DeliveryError(StreamsError):
     """Records could not be produced: a delivery failed or was not acknowledged in time."""
 
 
+class RecordSendError(StreamsError):
+    """The producer refused one record when it was sent (e.g. larger than
+    ``message.max.bytes``): Kafka Streams hands such errors to the production exception
+    handler. ``index``: the record's position in a list handed over at once, if it was one."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        self.index = index
+        super().__init__(message)
+
+
 class SourceReadError(StreamsError):
     """The Kafka source could not read a planned offset range; names topic, partition, offset."""
 

@@ -52,7 +52,8 @@ class ErrorHandlerContext:
     ``source_raw_value`` describe the input record the task was processing, as read from Kafka
     (all ``None``/empty in a punctuator, which has no input record). ``processor`` names the
     source, processor or sink that failed. ``serialization_origin`` is ``"key"`` or ``"value"``
-    for a sink serialization error, else ``None``. ``dead_letter_topic`` is the configured
+    for a sink serialization error, else ``None`` (also when the producer refused the record
+    at send time, e.g. larger than ``message.max.bytes``: a production error without origin). ``dead_letter_topic`` is the configured
     ``dead_letter_topic`` (``errors.dead.letter.queue.topic.name``), ``None`` if unset.
     """
 

@@ -194,12 +194,13 @@ class ErrorHandling:
     def on_serialization_error(
         self, sink: SinkNode, record: Record, exc: Exception, origin: SerializationOrigin
     ) -> None:
-        """A sink's serde failed: raise (``FAIL``) or return to drop the record (``RESUME``)."""
+        """A sink's serde failed, or the producer refused the record when it was sent
+        (``origin="send"``): raise (``FAIL``) or return to drop the record (``RESUME``)."""
         raw = self._record_context.raw
-        error = sink_error(sink.name, exc).with_coordinates(
+        error = sink_error(sink.name, exc, origin).with_coordinates(
             **_coordinates(raw), task_id=self.task_id
         )
-        context = self.context(raw, sink.name, origin)
+        context = self.context(raw, sink.name, None if origin == "send" else origin)
         if self._respond("production", self.production, context, record, exc).failed:
             self._log.error("production_failed", error=str(error))
             fatal = FatalProcessingError(

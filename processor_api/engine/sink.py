@@ -16,7 +16,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from processor_api.engine.records import OutputRecord, RecordCollector
-from processor_api.errors import ProcessingError, StreamsError
+from processor_api.errors import ProcessingError, RecordSendError, StreamsError
 from processor_api.processor import Record
 from processor_api.serdes import Serde
 from processor_api.state.key_value import KeyValueStore
@@ -25,7 +25,7 @@ from processor_api.topology import SinkNode as SinkDefinition
 if TYPE_CHECKING:
     from processor_api.engine.nodes import ProcessorNode
 
-SerializationOrigin = Literal["key", "value"]
+SerializationOrigin = Literal["key", "value", "send"]
 
 OnSerializationError = Callable[["SinkNode", Record, Exception, SerializationOrigin], None]
 """``on_error(sink, record, exc, origin)``: raises to fail, returns to drop the record."""
@@ -35,11 +35,10 @@ OnSerializationError = Callable[["SinkNode", Record, Exception, SerializationOri
 _RAW_CHUNK = 4096
 
 
-def sink_error(sink_name: str, exc: Exception) -> ProcessingError:
-    """The error of a sink that cannot serialize or route a record (``exc``)."""
-    return ProcessingError(
-        f"sink could not serialize or route the record: {exc}", processor=sink_name
-    )
+def sink_error(sink_name: str, exc: Exception, origin: str | None = None) -> ProcessingError:
+    """The error of a sink that cannot serialize, route or send a record (``exc``)."""
+    what = "send" if origin == "send" else "serialize or route"
+    return ProcessingError(f"sink could not {what} the record: {exc}", processor=sink_name)
 
 
 def _raise_sink_error(sink: SinkNode, record: Record, exc: Exception, origin: str) -> None:
@@ -107,9 +106,12 @@ class SinkNode:
         except Exception as exc:
             self._on_serialization_error(self, record, exc, "value")
             return
-        self.collector.send(
-            OutputRecord(topic, key, value, record.timestamp, record.headers, partition)
-        )
+        try:
+            self.collector.send(
+                OutputRecord(topic, key, value, record.timestamp, record.headers, partition)
+            )
+        except RecordSendError as exc:
+            self._on_serialization_error(self, record, exc, "send")
 
     def _partition(self, topic: str, record: Record) -> int | None:
         count = self.collector.partition_count(topic)
@@ -196,7 +198,18 @@ class SinkNode:
                 ):
                     SinkNode._send_raw_each(store, iter(chunk), timestamp, [sink])
                     continue
-            send_values(topic, chunk, timestamp)  # type: ignore[arg-type]
+            while chunk:
+                try:
+                    send_values(topic, chunk, timestamp)  # type: ignore[arg-type]
+                    break
+                except RecordSendError as exc:
+                    if exc.index is None:
+                        raise
+                    # the entries before it went out; this one goes to the handler
+                    refused = store.entry_from_bytes(*chunk[exc.index])
+                    record = Record(refused.key, refused.value, timestamp)
+                    sink._on_serialization_error(sink, record, exc, "send")
+                    chunk = chunk[exc.index + 1 :]
         return count
 
     @staticmethod
@@ -218,11 +231,17 @@ class SinkNode:
             if (key_check is None or key_check(key)) and (
                 value_check is None or value_check(value)
             ):
-                if topic is not None:  # one sink, the usual case
-                    send(OutputRecord(topic, key, value, timestamp, (), None))
-                else:
-                    for each in topics:
-                        send(OutputRecord(each, key, value, timestamp, (), None))  # type: ignore[arg-type]
+                try:
+                    if topic is not None:  # one sink, the usual case
+                        send(OutputRecord(topic, key, value, timestamp, (), None))
+                    else:
+                        for each in topics:
+                            send(OutputRecord(each, key, value, timestamp, (), None))  # type: ignore[arg-type]
+                except RecordSendError as exc:
+                    refused = store.entry_from_bytes(key, value)
+                    sinks[0]._on_serialization_error(
+                        sinks[0], Record(refused.key, refused.value, timestamp), exc, "send"
+                    )
                 continue
             typed = store.entry_from_bytes(key, value)
             record = Record(typed.key, typed.value, timestamp)

@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from processor_api.errors import DeliveryError, StreamsError
+from processor_api.errors import DeliveryError, RecordSendError, StreamsError
 from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
@@ -79,6 +79,12 @@ def make_producer(
 
 
 Headers = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
+
+
+def _refused(topic: str, exc: KafkaException, index: int | None = None) -> RecordSendError:
+    error = exc.args[0] if exc.args else None
+    reason = f"{error.name()}: {error.str()}" if isinstance(error, KafkaError) else str(exc)
+    return RecordSendError(f"the producer refused a record for topic {topic!r}: {reason}", index)
 
 
 class DeliveryTracker:
@@ -172,6 +178,9 @@ class DeliveryTracker:
             self._produce_waiting(
                 topic, value, key, -1 if partition is None else partition, timestamp, header_list
             )
+        except KafkaException as exc:
+            self._uncount(topic, 1)
+            raise _refused(topic, exc) from None
         except BaseException:
             self._uncount(topic, 1)
             raise
@@ -244,6 +253,9 @@ class DeliveryTracker:
                 sent += 1
                 if not sent & 1023:
                     self._producer.poll(0)
+        except KafkaException as exc:
+            self._uncount(topic, count - sent)
+            raise _refused(topic, exc, index=sent) from None
         except BaseException:
             self._uncount(topic, count - sent)
             raise

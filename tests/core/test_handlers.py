@@ -22,6 +22,7 @@ from processor_api import (
 from processor_api.config import StreamsConfig
 from processor_api.engine.handlers import FatalProcessingError, handle_production_error
 from processor_api.engine.records import InputRecord, OutputRecord
+from processor_api.errors import RecordSendError
 from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.testing import TopologyTestDriver
 
@@ -467,3 +468,112 @@ def test_rollback_after_a_dropped_batch_restores_the_committed_value():
     task.process_batch([op(2, "set:100")])  # a blind write of a failing record: undone
     assert task.stores["ledger"].store.get("total") == 5
     task.close()
+
+
+# ------------------------------------------------------- records the producer refuses
+class RefusingCollector:
+    """Refuses values over ``limit`` bytes as a producer refuses a record larger than its
+    ``message.max.bytes`` (``RecordSendError``), one by one or within a list."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.records: list[OutputRecord] = []
+
+    def send(self, record: OutputRecord) -> None:
+        if record.value is not None and len(record.value) > self.limit:
+            raise RecordSendError(f"the producer refused a record for topic {record.topic!r}")
+        self.records.append(record)
+
+    def send_values(self, topic, entries, timestamp):
+        for index, (key, value) in enumerate(entries):
+            if value is not None and len(value) > self.limit:
+                raise RecordSendError(f"refused in a list for topic {topic!r}", index)
+            self.records.append(OutputRecord(topic, key, value, timestamp, (), None))
+
+    def partition_count(self, topic: str) -> int:
+        return 1
+
+
+class Echo(Processor):
+    """Stores every value; forwards it, and on ``"dump"`` forwards the whole store."""
+
+    def init(self, context):
+        self.context = context
+        self.store = context.get_state_store("kept")
+
+    def process(self, record):
+        if record.value == "dump":
+            with self.store.all() as entries:
+                self.context.forward_all(entries, record.timestamp)
+            return
+        self.store.put(record.key, record.value)
+        self.context.forward(record)
+
+
+def refusing_task(tmp_path, handler: str, limit: int = 8):
+    from processor_api.engine.task import Task
+
+    store = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("kept"), Serdes.string(), Serdes.string()
+    )
+    topology = (
+        Topology()
+        .add_source("in", "words", key_serde=Serdes.string(), value_serde=Serdes.string())
+        .add_processor("echo", Echo, "in")
+        .add_state_store(store, "echo")
+        .add_sink("out", "echoes", "echo", key_serde=Serdes.string(), value_serde=Serdes.string())
+    )
+    collector = RefusingCollector(limit)
+    task = Task(
+        subtopology=topology.subtopologies()[0],
+        partition=0,
+        store_builders=topology.store_builders,
+        store_factory=lambda builder, ts: builder.build(state_dir=tmp_path, timestamp_fn=ts),
+        collector=collector,  # type: ignore[arg-type]
+        config=StreamsConfig.from_dict(
+            {"application_id": "refuse", "production.exception.handler": handler}
+        ),
+    )
+    task.initialize()
+    return task, collector
+
+
+def _words(*pairs, first=0):
+    return [
+        InputRecord("words", 0, offset, 10 + offset, key.encode(), value.encode())
+        for offset, (key, value) in enumerate(pairs, start=first)
+    ]
+
+
+def test_a_record_the_producer_refuses_goes_to_the_production_handler(tmp_path):
+    task, collector = refusing_task(tmp_path, f"{HERE}:resume_standard")
+    task.process_batch(_words(("a", "short"), ("b", "far too long"), ("c", "ok")))
+    assert [(r.key, r.value) for r in collector.records] == [(b"a", b"short"), (b"c", b"ok")]
+    ((context, record, error),) = CALLS
+    assert record == Record("b", "far too long", 11)
+    assert context.processor == "out" and context.offset == 1
+    assert context.serialization_origin is None  # a send error, not a serialization error
+    assert type(error).__name__ == "RecordSendError"
+    task.close()
+
+
+def test_refused_records_in_a_forwarded_store_go_to_the_handler_one_by_one(tmp_path):
+    task, collector = refusing_task(tmp_path, f"{HERE}:resume_standard", limit=100)
+    task.process_batch(_words(("a", "x" * 50), ("b", "y" * 150), ("c", "z" * 60)))
+    CALLS.clear()
+    collector.records.clear()
+    collector.limit = 55  # "c" is now refused too, inside the list the store goes out in
+    task.process_batch(_words(("d", "dump"), first=3))
+    assert [r.key for r in collector.records] == [b"a"]
+    assert [record.key for _, record, _ in CALLS] == ["b", "c"]
+    task.close()
+
+
+def test_a_refused_record_fails_the_task_under_log_and_fail(tmp_path):
+    task, _ = refusing_task(tmp_path, "log_and_fail")
+    with pytest.raises(
+        FatalProcessingError,
+        match=r"sink could not send the record: the producer refused a record for topic "
+        r"'echoes'.*offset=0.*processor=out",
+    ):
+        task.process_batch(_words(("a", "much too long")))

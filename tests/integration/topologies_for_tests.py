@@ -114,3 +114,12 @@ def build_lifetime(
     topology.add_sink("ticks", ticks_topic, "lifetime", key_serde=string, value_serde=long)
     topology.add_sink("counts", counts_topic, "lifetime", key_serde=string, value_serde=long)
     return topology
+
+
+def build_echo(*, input_topic: str = "echo-input", output_topic: str = "echo-output") -> Topology:
+    """``input_topic`` -> ``output_topic`` unchanged (string keys and values)."""
+    return (
+        Topology()
+        .add_source("in", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string())
+        .add_sink("out", output_topic, "in", key_serde=Serdes.string(), value_serde=Serdes.string())
+    )

@@ -7,7 +7,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from processor_api.errors import DeliveryError, StreamsError
+from processor_api.errors import DeliveryError, RecordSendError, StreamsError
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.testing.embedded import free_port
@@ -126,6 +126,22 @@ def test_produce_values_failures_name_the_topic_and_unacknowledged_ones_are_pend
     ):
         tracker.flush_and_check(10)
     assert tracker.failed == 2 and tracker.pending == 0 and tracker.delivered == 0
+
+
+def test_a_record_over_message_max_bytes_is_refused_naming_topic_and_cause():
+    address = f"127.0.0.1:{free_port()}"  # librdkafka refuses it before any broker is asked
+    tracker = DeliveryTracker(make_producer(address, extra_config={"message.max.bytes": 1000}))
+    with pytest.raises(
+        RecordSendError, match=r"refused a record for topic 'big': MSG_SIZE_TOO_LARGE"
+    ) as one:
+        tracker.produce("big", b"k", b"x" * 5000, partition=0)
+    assert one.value.index is None and tracker.pending == 0
+    entries = [(b"a", b"small"), (b"b", b"y" * 5000), (b"c", b"small")]
+    with pytest.raises(RecordSendError, match="MSG_SIZE_TOO_LARGE") as listed:
+        tracker.produce_values("big", entries, 5)
+    assert listed.value.index == 1 and tracker.pending == 1  # "a" went out, "c" was not sent
+    tracker.producer.purge()
+    tracker.producer.flush(1)
 
 
 def test_produce_many_on_a_full_queue_uncounts_what_it_did_not_send():
