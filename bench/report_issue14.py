@@ -9,10 +9,9 @@ run-topology). Sections whose file is missing are left out.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+from bench.common import OUTPUT_DIR, RESULTS_DIR
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -183,7 +182,7 @@ def issue14_section() -> list[str]:
     out += ["| target (issue 14) | measured | met? |", "|---|---|---|"]
     out += [f"| {t} | {m} | {'met' if ok else 'MISSED'} |" for t, m, ok in targets]
     out.append("")
-    notes = RESULTS_DIR.parent / "NOTES-issue14.md"
+    notes = OUTPUT_DIR / "NOTES-issue14.md"
     if notes.exists():
         out += [notes.read_text().strip(), ""]
     return out + body
