@@ -52,6 +52,22 @@ class TimeOrderedStore(TypedStore):
         self.retention_period = retention_period
         self._segments = find_layer(bytes_store, SegmentedBytesStore)
         self._observed = -1
+        self._undo: list[tuple[Any, bytes, bytes | None]] | None = None
+
+    # ------------------------------------------------------------------ undo journal
+    def track_writes(self, log: Any) -> None:
+        """Journal every write's previous value in ``log`` (an ``UndoLog``; None: stop)."""
+        self._undo = None if log is None else log.entries
+
+    def forget_last_read(self) -> None:
+        """Nothing is remembered between calls (every journaled write reads its old value)."""
+
+    def _write(self, stored_key: bytes, value_bytes: bytes | None) -> None:
+        """Write one stored record, journaling its previous value when a log tracks us."""
+        undo = self._undo
+        if undo is not None:
+            undo.append((self, stored_key, self.bytes_store.get(stored_key)))
+        self.bytes_store.put(stored_key, value_bytes)
 
     @property
     def observed_stream_time(self) -> int:

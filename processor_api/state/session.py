@@ -73,7 +73,7 @@ class SessionStore(TimeOrderedStore):
                 observed_stream_time=self.observed_stream_time,
             )
             return
-        self.bytes_store.put(session_key(key_bytes, start, end), value_bytes)
+        self._write(session_key(key_bytes, start, end), value_bytes)
 
     def remove(self, session: Windowed) -> None:
         """Remove the session (no-op when it is not there)."""

@@ -9,8 +9,11 @@ back through the store's layers, newest first. The restoring writes are ordinary
 cache coalesces them, a change log records them (the changelog then holds the skipped write
 and its reversal; replaying it gives the same state).
 
-Key-value stores (plain and timestamped) are journaled; window, session and versioned stores
-are not yet: their writes made by a skipped record stay, as in Kafka Streams.
+Key-value stores (plain and timestamped), window stores (plain and timestamped) and session
+stores are journaled (a window or session store journals the stored record under its
+composite key; the observed stream time a skipped write advanced stays advanced, as the
+segments it may have dropped stay dropped). Versioned stores are not yet: their writes made by
+a skipped record stay, as in Kafka Streams.
 
 The previous value usually costs nothing: a read-modify-write (``get`` then ``put`` of the
 same key) reuses the value ``get`` read, so only a blind write reads the store first.
@@ -35,7 +38,7 @@ class UndoLog:
 
     def track(self, store: object) -> None:
         """Journal ``store``'s writes here (until it is tracked by another log); stores that
-        cannot journal their writes (window, session, versioned) are left as they are."""
+        cannot journal their writes (versioned) are left as they are."""
         track_writes = getattr(store, "track_writes", None)
         if track_writes is None:
             return

@@ -95,7 +95,7 @@ class WindowStore(TimeOrderedStore):
             if value_bytes is None:
                 return
             self._seqnum = (self._seqnum + 1) & MAX_SEQNUM
-        base.bytes_store.put(window_key(key_bytes, start, self._seqnum), value_bytes)
+        base._write(window_key(key_bytes, start, self._seqnum), value_bytes)
 
     # ------------------------------------------------------------------ point and range reads
 

@@ -16,8 +16,10 @@ from processor_api import (
     PunctuationType,
     Record,
     Serdes,
+    SessionWindow,
     Stores,
     Topology,
+    Windowed,
 )
 from processor_api.config import StreamsConfig
 from processor_api.engine.handlers import FatalProcessingError, handle_production_error
@@ -577,3 +579,85 @@ def test_a_refused_record_fails_the_task_under_log_and_fail(tmp_path):
         r"'echoes'.*offset=0.*processor=out",
     ):
         task.process_batch(_words(("a", "much too long")))
+
+
+# ----------------------------------------------- rollback of window and session stores
+class Sessions(Processor):
+    """Per record: a window count at ``timestamp // 10 * 10`` and a session ``[ts, ts]``
+    aggregate; removes the session ``[0, 0]`` of the key; raises when the value is 13."""
+
+    def init(self, context):
+        self.windows = context.get_state_store("windows")
+        self.sessions = context.get_state_store("sessions")
+
+    def process(self, record):
+        start = record.timestamp // 10 * 10
+        with self.windows.fetch(record.key, start, start) as found:
+            count = next((entry.value for entry in found), 0)
+        self.windows.put(record.key, count + record.value, start)
+        self.sessions.put(
+            Windowed(record.key, SessionWindow(record.timestamp, record.timestamp)), record.value
+        )
+        self.sessions.remove(Windowed(record.key, SessionWindow(0, 0)))
+        if record.value == 13:
+            raise RuntimeError("13 brings bad luck")
+
+
+def sessions_topology(persistent: bool, caching: bool):
+    windows_supplier = (
+        Stores.persistent_window_store("windows", 10_000, 10)
+        if persistent
+        else Stores.in_memory_window_store("windows", 10_000, 10)
+    )
+    sessions_supplier = (
+        Stores.persistent_session_store("sessions", 10_000)
+        if persistent
+        else Stores.in_memory_session_store("sessions", 10_000)
+    )
+    windows = Stores.window_store_builder(windows_supplier, Serdes.string(), Serdes.long())
+    sessions = Stores.session_store_builder(sessions_supplier, Serdes.string(), Serdes.long())
+    if caching:
+        windows.with_caching_enabled()
+        sessions.with_caching_enabled()
+    return (
+        Topology()
+        .add_source("in", "amounts", key_serde=Serdes.string(), value_serde=Serdes.long())
+        .add_processor("sessions", Sessions, "in")
+        .add_state_store(windows, "sessions")
+        .add_state_store(sessions, "sessions")
+    )
+
+
+def window_contents(store):
+    with store.all() as entries:
+        return [(entry.key, entry.value) for entry in entries]
+
+
+def session_contents(store):
+    with store.fetch("a") as entries:
+        return [(entry.key, entry.value) for entry in entries]
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["nocache", "cache"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["in-memory", "rocksdb"])
+def test_a_skipped_record_leaves_window_and_session_stores_as_they_were(persistent, caching):
+    config = {"processing.exception.handler": "log_and_continue"}
+    topology = sessions_topology(persistent, caching)
+    with TopologyTestDriver(topology, config) as driver:
+        amounts = driver.create_input_topic("amounts")
+        sessions = driver.get_session_store("sessions")
+        windows = driver.get_window_store("windows")
+        sessions.put(Windowed("a", SessionWindow(0, 0)), 99)
+        amounts.pipe_input("a", 5, timestamp=12)
+        sessions.put(Windowed("a", SessionWindow(0, 0)), 98)
+        before = (window_contents(windows), session_contents(sessions))
+        assert before[1] and before[0]
+        amounts.pipe_input("a", 13, timestamp=15)  # adds to a window, puts and removes sessions
+        assert (window_contents(windows), session_contents(sessions)) == before
+        amounts.pipe_input("a", 2, timestamp=17)
+        counts = window_contents(windows)
+        assert [(k.key, k.window.start, v) for k, v in counts] == [("a", 10, 7)]
+        assert [(k.key, k.window.start, v) for k, v in session_contents(sessions)] == [
+            ("a", 12, 5),
+            ("a", 17, 2),
+        ]
