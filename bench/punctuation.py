@@ -420,77 +420,45 @@ def check_overhead(records: int, reps: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- Spark (e2e)
 def spark_intervals(broker: Broker, topic: str, records: int, reps: int) -> dict[str, Any]:
-    cmd = [
-        PYTHON,
-        "-m",
-        "bench.punct_spark",
-        "intervals",
-        "--bootstrap",
-        broker.bootstrap,
-        "--topic",
-        topic,
-        "--records",
-        str(records),
-        "--reps",
-        str(reps),
-    ]
-    wall, code, out, log_path = run_command(cmd, label="punctuation-intervals", timeout_s=3600)
-    result = last_json_line(out)
-    result.update(
-        {
-            "exit_code": code,
-            "log": str(log_path),
-            "wall_s": wall,
-            "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP"),
-        }
+    return _bench_command(
+        broker,
+        ["bench.punct_spark", "intervals", "--topic", topic, "--records", str(records)],
+        reps,
+        "punctuation-intervals",
     )
-    return result
 
 
 def spark_lag(broker: Broker, seconds: float, reps: int, rate: int) -> dict[str, Any]:
-    cmd = [
-        PYTHON,
-        "-m",
-        "bench.punct_spark",
-        "lag",
-        "--bootstrap",
-        broker.bootstrap,
-        "--seconds",
-        str(seconds),
-        "--reps",
-        str(reps),
-        "--rate",
-        str(rate),
-    ]
-    wall, code, out, log_path = run_command(cmd, label="punctuation-lag", timeout_s=3600)
-    result = last_json_line(out)
-    result.update(
-        {
-            "exit_code": code,
-            "log": str(log_path),
-            "wall_s": wall,
-            "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP"),
-        }
+    return _bench_command(
+        broker,
+        ["bench.punct_spark", "lag", "--seconds", str(seconds), "--rate", str(rate)],
+        reps,
+        "punctuation-lag",
     )
-    return result
 
 
 def spark_timers(broker: Broker, keys: int, seconds: float, reps: int) -> dict[str, Any]:
     """``bench/timers.py``: transformWithStateInPandas timers next to run-topology."""
-    cmd = [
-        PYTHON,
-        "-m",
-        "bench.timers",
-        "--bootstrap",
-        broker.bootstrap,
-        "--keys",
-        str(keys),
-        "--seconds",
-        str(seconds),
-        "--reps",
-        str(reps),
-    ]
-    wall, code, out, log_path = run_command(cmd, label=f"timers-{keys}", timeout_s=3600)
+    return _bench_command(
+        broker,
+        ["bench.timers", "--keys", str(keys), "--seconds", str(seconds)],
+        reps,
+        f"timers-{keys}",
+    )
+
+
+def _bench_command(broker: Broker, args: list[str], reps: int, label: str) -> dict[str, Any]:
+    """Run ``python -m ARGS --bootstrap B --reps R`` and return its last JSON line, with the
+    exit code, log, wall time and the command (broker address masked)."""
+    cmd = [PYTHON, "-m", *args, "--bootstrap", broker.bootstrap, "--reps", str(reps)]
+    wall, code, out, log_path = run_command(cmd, label=label, timeout_s=3600)
     result = last_json_line(out)
-    result.update({"exit_code": code, "log": str(log_path), "wall_s": wall})
+    result.update(
+        {
+            "exit_code": code,
+            "log": str(log_path),
+            "wall_s": wall,
+            "command": " ".join(cmd).replace(broker.bootstrap, "BOOTSTRAP"),
+        }
+    )
     return result
