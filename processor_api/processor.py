@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +173,8 @@ class ProcessorContext(ABC):
         interval: int | timedelta,
         type: PunctuationType = PunctuationType.STREAM_TIME,
         punctuator: Callable[[int], None] | None = None,
+        *,
+        start_time: datetime | int | None = None,
     ) -> Cancellable:
         """Call ``punctuator(timestamp)`` (default: the processor's ``punctuate``) periodically.
 
@@ -180,6 +182,13 @@ class ProcessorContext(ABC):
         on the grid ``k * interval`` once stream time reaches it; WALL_CLOCK_TIME schedules
         fire at registration time + ``k * interval`` of system time. Missed intervals are
         skipped: a punctuator fires at most once per check.
+
+        ``start_time`` (Kafka Streams 4.2's anchored punctuation, KIP-1146) anchors the grid
+        instead, for either type: first due at ``start_time``, then ``start_time + k *
+        interval``. It is a timezone-aware ``datetime`` or epoch milliseconds (>= 0); a start
+        time already passed is due at the first check. The grid is fixed milliseconds: an
+        anchor "on the hour in a time zone" stays on the hour only where the zone's offset
+        changes by whole intervals.
         """
 
     @abstractmethod

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from processor_api.engine.records import InputRecord
@@ -74,9 +74,11 @@ class ProcessorContextImpl(ProcessorContext):
         interval: int | timedelta,
         type: PunctuationType = PunctuationType.STREAM_TIME,
         punctuator: Callable[[int], None] | None = None,
+        *,
+        start_time: datetime | int | None = None,
     ) -> Cancellable:
         """Register a punctuation schedule of this processor (see the task's schedules)."""
-        return self._task.schedule(self._node, interval, type, punctuator)
+        return self._task.schedule(self._node, interval, type, punctuator, start_time)
 
     def commit(self) -> None:
         """Ask the runtime to commit the task as soon as possible."""

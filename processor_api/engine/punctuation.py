@@ -8,6 +8,9 @@ Kafka Streams' ``PunctuationSchedule.next``:
 * STREAM_TIME: grid ``k * interval`` (first due 0), ``now`` = stream time.
 * WALL_CLOCK_TIME: grid ``registered_at + k * interval`` (first due ``registered_at +
   interval``), ``now`` = system time.
+* Anchored (Kafka Streams 4.2, KIP-1146: ``schedule(..., start_time=...)``), either type: grid
+  ``start_time + k * interval``, first due ``start_time`` (a start time already passed is due
+  at the first check, which then moves the schedule to the grid point after it).
 
 Each schedule has a stable key (``"<processor>#<n>"``, the processor's n-th ``schedule()``
 call) so its due time and cancellation survive the task being closed and re-created.
@@ -19,6 +22,7 @@ import heapq
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from processor_api.processor import Cancellable, PunctuationType
@@ -32,23 +36,78 @@ class ScheduleState:
     interval: int
     next_due: int
     cancelled: bool = False
+    anchor: int | None = None  # the start_time (epoch ms) of an anchored schedule
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "type": self.type.value,
             "interval": self.interval,
             "next": self.next_due,
             "cancelled": self.cancelled,
         }
+        if self.anchor is not None:
+            data["anchor"] = self.anchor
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ScheduleState:
+        anchor = data.get("anchor")
         return cls(
             type=PunctuationType(data["type"]),
             interval=int(data["interval"]),
             next_due=int(data["next"]),
             cancelled=bool(data.get("cancelled", False)),
+            anchor=None if anchor is None else int(anchor),
         )
+
+    def resumed_by(
+        self, type: PunctuationType, interval: int, anchor: int | None
+    ) -> ScheduleState | None:
+        """This persisted state, if a new registration continues it; None for a new schedule.
+
+        A registration continues a schedule of the same type and interval on the same grid:
+        both unanchored, or both anchored with anchors a whole number of intervals apart (an
+        anchor computed from the current time, "the last full hour", moves on the same grid
+        from one start to the next). An anchor later than the persisted due time holds the
+        schedule back until then.
+        """
+        if self.type is not type or self.interval != interval:
+            return None
+        if anchor is None or self.anchor is None:
+            return self if anchor is None and self.anchor is None else None
+        if (anchor - self.anchor) % interval:
+            return None
+        self.anchor = anchor
+        self.next_due = max(self.next_due, anchor)
+        return self
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def start_time_ms(start_time: datetime | int, processor: str) -> int:
+    """Epoch milliseconds of a ``schedule(start_time=...)`` argument; errors name the processor."""
+    if isinstance(start_time, datetime):
+        if start_time.tzinfo is None or start_time.utcoffset() is None:
+            raise ValueError(
+                f"processor {processor!r}: punctuation start_time {start_time.isoformat()} has no "
+                "time zone; give an aware datetime (e.g. datetime(..., tzinfo=timezone.utc) or "
+                "a zoneinfo.ZoneInfo) or epoch milliseconds"
+            )
+        ms = (start_time - _EPOCH) // timedelta(milliseconds=1)
+    elif isinstance(start_time, int) and not isinstance(start_time, bool):
+        ms = start_time
+    else:
+        raise TypeError(
+            f"processor {processor!r}: punctuation start_time must be an aware datetime or int "
+            f"epoch milliseconds, got {type(start_time).__name__} {start_time!r}"
+        )
+    if ms < 0:
+        raise ValueError(
+            f"processor {processor!r}: punctuation start_time must not be before the epoch "
+            f"(1970-01-01T00:00:00Z), got {start_time!r} ({ms} ms)"
+        )
+    return ms
 
 
 def next_due_after(due: int, interval: int, now: int) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from processor_api.config import StreamsConfig
@@ -36,6 +36,7 @@ from processor_api.engine.punctuation import (
     PunctuationQueue,
     PunctuationSchedule,
     ScheduleState,
+    start_time_ms,
 )
 from processor_api.engine.records import InputRecord, RecordCollector
 from processor_api.engine.sink import SinkNode
@@ -258,24 +259,33 @@ class Task:
         interval: int | timedelta,
         type: PunctuationType,
         punctuator: Callable[[int], None] | None,
+        start_time: datetime | int | None = None,
     ) -> Cancellable:
         """Register a schedule of ``node`` (``ProcessorContext.schedule``).
 
         Its key is ``"<processor>#<n>"`` (the processor's n-th call): a schedule persisted
-        under that key with the same type and interval resumes its due time.
+        under that key with the same type and interval (and, when anchored, an anchor on the
+        same grid) resumes its due time.
         """
         if not isinstance(type, PunctuationType):
             raise TypeError(f"punctuation type must be a PunctuationType, got {type!r}")
         interval_ms = _interval_ms(interval)
+        anchor = None if start_time is None else start_time_ms(start_time, node.name)
         callback = punctuator if punctuator is not None else node.processor.punctuate  # type: ignore[union-attr]
         if not callable(callback):
             raise TypeError(f"punctuator of processor {node.name!r} is not callable")
         key = f"{node.name}#{node.schedule_count}"
         node.schedule_count += 1
-        state = self._persisted_schedules.pop(key, None)
-        if state is None or state.type is not type or state.interval != interval_ms:
-            first_due = 0 if type is PunctuationType.STREAM_TIME else self.clock() + interval_ms
-            state = ScheduleState(type, interval_ms, first_due)
+        persisted = self._persisted_schedules.pop(key, None)
+        state = None if persisted is None else persisted.resumed_by(type, interval_ms, anchor)
+        if state is None:
+            if anchor is not None:
+                first_due = anchor
+            elif type is PunctuationType.STREAM_TIME:
+                first_due = 0
+            else:
+                first_due = self.clock() + interval_ms
+            state = ScheduleState(type, interval_ms, first_due, anchor=anchor)
         schedule = PunctuationSchedule(key, node.name, callback, state)
         self._schedules[key] = schedule
         if type is PunctuationType.STREAM_TIME:
