@@ -90,6 +90,17 @@ def canonical_key(raw_key: str) -> str:
     )
 
 
+def _milliseconds(key: str, value: Any) -> int:
+    """An int setting given as an int or as decimal digits (``--config key=100``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{key} must be an integer number of milliseconds, got {value!r}")
+
+
 @dataclass
 class StreamsConfig:
     """Validated settings of a topology run (test driver or Spark)."""
@@ -100,6 +111,7 @@ class StreamsConfig:
     production_exception_handler: str = "log_and_fail"
     dead_letter_topic: str | None = None
     processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
+    max_task_idle_ms: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -139,6 +151,13 @@ class StreamsConfig:
             )
         if self.dead_letter_topic == "":
             self.dead_letter_topic = None
+        self.max_task_idle_ms = _milliseconds("max_task_idle_ms", self.max_task_idle_ms)
+        if self.max_task_idle_ms < -1:
+            raise ConfigError(
+                f"max_task_idle_ms must be -1 (never wait for lagging inputs), 0 (wait only "
+                f"while the broker has more of them) or a positive number of ms, got "
+                f"{self.max_task_idle_ms}"
+            )
 
     @property
     def exactly_once(self) -> bool:

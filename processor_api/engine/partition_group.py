@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from processor_api.engine.idling import InputIdling
 from processor_api.engine.nodes import ProcessorNode
 from processor_api.engine.records import InputRecord
 from processor_api.errors import ProcessingError, StreamsError
@@ -46,6 +47,7 @@ class RecordQueue:
         "partition_time",
         "head",
         "head_raw",
+        "last_offset",
         "_records",
         "_next",
         "_on_error",
@@ -71,6 +73,7 @@ class RecordQueue:
         self.partition_time = partition_time
         self.head: Record | None = None
         self.head_raw: InputRecord | None = None
+        self.last_offset = -1  # the largest offset queued so far (-1: none)
         self._records: list[InputRecord] = []
         self._next = 0
         self._on_error = on_deserialization_error
@@ -81,11 +84,28 @@ class RecordQueue:
         """Records not taken yet, the head included."""
         return len(self._records) - self._next + (self.head is not None)
 
-    def set_records(self, records: list[InputRecord]) -> None:
-        """Replace the queue's content with ``records`` (in offset order)."""
-        self._records = records
+    def extend(self, records: list[InputRecord]) -> None:
+        """Queue ``records`` (in offset order, all past :attr:`last_offset`) behind the rest."""
+        if self._next:
+            # keep the stamped head's raw record (at _next - 1) until it is polled
+            done = self._next - (self.head is not None)
+            self._records = self._records[done:]
+            self._next -= done
+        self._records.extend(records)
+        self.last_offset = records[-1].offset
+
+    def first_offset(self) -> int | None:
+        """The offset of the first record not taken yet (the head included), or None."""
+        if self.head_raw is not None:
+            return self.head_raw.offset
+        return self._records[self._next].offset if self._next < len(self._records) else None
+
+    def clear(self) -> None:
+        """Drop everything queued."""
+        self._records = []
         self._next = 0
         self.head = self.head_raw = None
+        self.last_offset = -1
 
     def stamp(self, raw: InputRecord) -> Record | None:
         """Deserialize ``raw`` and give it its timestamp; None if it is to be dropped."""
@@ -125,7 +145,7 @@ class RecordQueue:
 
     def take_all(self) -> Iterable[InputRecord]:
         """Hand out every remaining raw record, in offset order (one-queue fast path)."""
-        records, start = self._records, self._next
+        records, start = self._records, self._next - (self.head is not None)
         self._records, self._next = [], 0
         self.head = self.head_raw = None
         return records if start == 0 else records[start:]
@@ -151,7 +171,11 @@ class RecordQueue:
 
 
 class PartitionGroup:
-    """The input queues of one task and the choice of the next record."""
+    """The input queues of one task, the choice of the next record, and when to wait.
+
+    Records handed to :meth:`add_records` stay queued until they are processed: a task that
+    waits for a lagging input (:mod:`.idling`) keeps the others' records for the next call.
+    """
 
     def __init__(
         self,
@@ -161,6 +185,7 @@ class PartitionGroup:
         on_skipped: OnSkipped,
         task_id: str,
         log: Any,
+        max_task_idle_ms: int = 0,
     ) -> None:
         self.task_id = task_id
         self.queues: dict[str, RecordQueue] = {
@@ -176,6 +201,7 @@ class PartitionGroup:
             )
             for index, (topic, (source, node)) in enumerate(sources_by_topic.items())
         }
+        self.idling = InputIdling(max_task_idle_ms, list(self.queues), task_id, log)
         self._heap: list[tuple[int, int, RecordQueue]] = []
         self._polled: RecordQueue | None = None
 
@@ -183,15 +209,22 @@ class PartitionGroup:
         """Per topic that has seen a record, the largest timestamp taken from it."""
         return {t: q.partition_time for t, q in self.queues.items() if q.partition_time >= 0}
 
-    def add_records(
-        self, batch: Iterable[InputRecord], positions: Mapping[str, int]
-    ) -> RecordQueue | None:
-        """Queue ``batch``, less the records below ``positions`` (the next offset to process,
-        per topic: earlier ones were processed already); whatever was queued before goes.
+    def buffered(self) -> int:
+        """Records queued and not processed yet."""
+        return sum(len(queue) for queue in self.queues.values())
 
-        Returns the queue when only one got records (take them with ``take_all``), else None
-        (take them with :meth:`next_record`).
-        """
+    def first_buffered_offsets(self) -> dict[str, int]:
+        """Per topic with queued records, the offset of the first one."""
+        firsts = {}
+        for topic, queue in self.queues.items():
+            first = queue.first_offset()
+            if first is not None:
+                firsts[topic] = first
+        return firsts
+
+    def add_records(self, batch: Iterable[InputRecord], positions: Mapping[str, int]) -> None:
+        """Queue ``batch``, less the records below ``positions`` (the next offset to process,
+        per topic: earlier ones were processed already) and those queued already."""
         queues = self.queues
         by_topic: dict[str, list[InputRecord]] = {}
         for record in batch:
@@ -201,28 +234,36 @@ class PartitionGroup:
                     f"of its sources reads (they read {sorted(queues)})"
                 )
             by_topic.setdefault(record.topic, []).append(record)
+        for topic, records in by_topic.items():
+            queue = queues[topic]
+            records.sort(key=_offset)
+            floor = max(positions.get(topic, 0), queue.last_offset + 1)
+            if records[0].offset < floor:
+                records = [r for r in records if r.offset >= floor]
+            if not records:
+                continue
+            queue.extend(records)
+            self.idling.filled(topic)
+            if queue is not self._polled and queue.head is None and queue.update_head():
+                heapq.heappush(self._heap, (queue.head.timestamp, queue.index, queue))  # type: ignore[union-attr]
+
+    def ready(self, now: int) -> bool:
+        """Whether the next record may be taken at wall-clock time ``now`` (see ``idling``)."""
+        return self.idling.ready(self.queues, now)
+
+    def single_queue(self) -> RecordQueue | None:
+        """The only queue with records, if exactly one has some (take them with
+        ``take_all``: while the others stay empty, readiness cannot change)."""
+        filled = [queue for queue in self.queues.values() if len(queue)]
+        if len(filled) != 1:
+            return None
         self._heap = []
         self._polled = None
-        filled = []
-        for topic, queue in queues.items():
-            records = by_topic.get(topic, [])
-            records.sort(key=_offset)
-            position = positions.get(topic)
-            if records and position is not None and records[0].offset < position:
-                records = [r for r in records if r.offset >= position]
-            queue.set_records(records)
-            if records:
-                filled.append(queue)
-        if len(filled) == 1:
-            return filled[0]
-        for queue in filled:
-            if queue.update_head():
-                self._heap.append((queue.head.timestamp, queue.index, queue))  # type: ignore[union-attr]
-        heapq.heapify(self._heap)
-        return None
+        return filled[0]
 
-    def next_record(self) -> tuple[RecordQueue, InputRecord, Record] | None:
-        """The record with the smallest timestamp among the queue heads, or None when done.
+    def next_record(self, now: int) -> tuple[RecordQueue, InputRecord, Record] | None:
+        """The record with the smallest timestamp among the queue heads, or None when the
+        queues are empty or the task must wait for an input that ran empty.
 
         The head of the queue it came from is stamped on the next call, so after the caller
         processed the record (the extractor then sees the partition time it advanced).
@@ -233,9 +274,18 @@ class PartitionGroup:
             self._polled = None
             if polled.update_head():
                 heapq.heappush(heap, (polled.head.timestamp, polled.index, polled))  # type: ignore[union-attr]
+            elif not self.ready(now):
+                return None
         if not heap:
             return None
         queue = heapq.heappop(heap)[2]
         raw, record = queue.poll()
         self._polled = queue
         return queue, raw, record
+
+    def clear(self) -> None:
+        """Drop every queued record (after a failure: the runtime hands them in again)."""
+        for queue in self.queues.values():
+            queue.clear()
+        self._heap = []
+        self._polled = None

@@ -141,6 +141,7 @@ class Task:
             self._skipped,
             self.task_id,
             self._log,
+            self.config.max_task_idle_ms,
         )
 
     def _current_record_timestamp(self) -> int:
@@ -189,34 +190,65 @@ class Task:
 
     # ------------------------------------------------------------- processing
     def process_batch(self, records: Iterable[InputRecord]) -> int:
-        """Process records of this task's partition; returns how many were processed.
+        """Queue records of this task's partition and process what may be processed now;
+        returns how many were processed.
 
         Records of one topic are taken in offset order. With several co-partitioned topics,
-        the record whose (deserialized, extracted) timestamp is smallest goes first.
-        Records below the persisted input position are skipped (already processed).
+        the record whose (deserialized, extracted) timestamp is smallest goes first, and the
+        task stops when an input runs empty while the broker has more of it, or for up to
+        ``max.task.idle.ms`` (:mod:`.idling`); the records left wait in the task for the next
+        call (``process_batch([])`` retries). Records below the persisted input position, or
+        queued already, are skipped.
         """
         if not self._initialized:
             self.initialize()
         self.undo.forget_reads()  # the stores may have been restored or rolled back since
         group = self.partition_group
-        only = group.add_records(records, self._positions)
-        count = 0
-        process = self._process
-        if only is not None:  # one input topic in this batch: offset order, no merging
-            stamp = only.stamp
-            for raw in only.take_all():
-                record = stamp(raw)
-                if record is None:
-                    self._skipped(raw)
-                else:
-                    process(only, raw, record)
+        try:
+            group.add_records(records, self._positions)
+            now = self.clock()
+            if not group.ready(now):
+                return 0
+            count = 0
+            process = self._process
+            only = group.single_queue()
+            if only is not None:  # one input has records: offset order, no merging
+                if only.head is not None:  # stamped when it was queued
+                    process(only, *only.poll())
                     count += 1
+                stamp = only.stamp
+                for raw in only.take_all():
+                    record = stamp(raw)
+                    if record is None:
+                        self._skipped(raw)
+                    else:
+                        process(only, raw, record)
+                        count += 1
+                return count
+            next_record = group.next_record
+            while (taken := next_record(now)) is not None:
+                process(*taken)
+                count += 1
             return count
-        next_record = group.next_record
-        while (taken := next_record()) is not None:
-            process(*taken)
-            count += 1
-        return count
+        except BaseException:
+            group.clear()  # the runtime hands the records in again after a failure
+            raise
+
+    def update_lags(self, lags: Mapping[str, int | None]) -> None:
+        """Tell the task how many records the broker has, per input topic, past those it was
+        handed (None: unknown). It does not process past an input that ran empty while its
+        lag is unknown or > 0; a topic never given a lag counts as caught up (lag 0)."""
+        self.partition_group.idling.update_lags(lags)
+
+    def buffered(self) -> int:
+        """Records handed to the task and not processed yet (it waits for another input)."""
+        return self.partition_group.buffered()
+
+    def next_idle_deadline(self) -> int | None:
+        """When ``max.task.idle.ms`` runs out for an input the task is waiting for (wall-clock
+        ms), so a host with no new input should call ``process_batch([])`` then; None: none."""
+        group = self.partition_group
+        return group.idling.next_deadline(group.queues)
 
     def _skipped(self, raw: InputRecord) -> None:
         """A record dropped before processing (handler skipped it, negative timestamp)."""

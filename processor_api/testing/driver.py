@@ -12,7 +12,10 @@ sub-topology on partition 0, with a mocked wall clock::
 Like Kafka Streams' driver it processes each piped record to completion (including records
 that cross sub-topologies through repartition topics), checks stream-time punctuation after
 each record, commits (flushes stores) after each record, and fires wall-clock punctuation only
-when :meth:`TopologyTestDriver.advance_wall_clock_time` is called.
+when :meth:`TopologyTestDriver.advance_wall_clock_time` is called. Every input counts as caught
+up (nothing more on a broker), so with ``max.task.idle.ms`` > 0 a task with several inputs holds
+a record back while another input is empty, until that input gets a record or the mocked wall
+clock passes the idle deadline.
 """
 
 from __future__ import annotations
@@ -194,7 +197,8 @@ class TopologyTestDriver:
             self._complete_work()
 
     def advance_wall_clock_time(self, advance: int | timedelta) -> None:
-        """Move the mocked system time forward and fire due WALL_CLOCK_TIME punctuations."""
+        """Move the mocked system time forward, fire due WALL_CLOCK_TIME punctuations, and
+        process records a task held back while ``max.task.idle.ms`` had not run out."""
         self._check_open()
         ms = to_ms(advance)
         if ms < 0:
@@ -202,6 +206,8 @@ class TopologyTestDriver:
         self._wall_clock_ms += ms
         for task in self._tasks:
             task.maybe_punctuate_wall_clock(self._wall_clock_ms)
+            if task.buffered():  # waiting for another input: max.task.idle.ms may be over
+                task.process_batch([])
         self._complete_work()
 
     @property
