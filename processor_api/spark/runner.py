@@ -133,7 +133,7 @@ class TopologyRunner:
         )
         return plan
 
-    def _job_spec(self, wall_clock_timeouts: bool) -> JobSpec:
+    def _job_spec(self, wall_clock_timeouts: bool, bounded: bool = False) -> JobSpec:
         pickled = None
         if self._topology_ref is None:
             from pyspark import cloudpickle
@@ -153,10 +153,12 @@ class TopologyRunner:
                 "processing_exception_handler": self.config.processing_exception_handler,
                 "production_exception_handler": self.config.production_exception_handler,
                 "dead_letter_topic": self.config.dead_letter_topic,
+                "max_task_idle_ms": self.config.max_task_idle_ms,
                 **self.config.extra,
             },
             log_format=self.settings.log_format,
             wall_clock_timeouts=wall_clock_timeouts,
+            bounded=bounded,
             task_ids=tuple(self.plan.task_ids) if self.plan else (),
             kafka=self.kafka,
         )
@@ -219,7 +221,13 @@ class TopologyRunner:
             else GroupStateTimeout.ProcessingTimeTimeout
         )
         results = rows.groupBy("task").applyInPandasWithState(
-            partial(run_task, self._job_spec(wall_clock_timeouts=not available_now)),
+            partial(
+                run_task,
+                self._job_spec(
+                    wall_clock_timeouts=not available_now,
+                    bounded=available_now or end_offsets_cap is not None,
+                ),
+            ),
             outputStructType=OUTPUT_SCHEMA,
             stateStructType=STATE_SCHEMA,
             outputMode="append",

@@ -96,8 +96,12 @@ def run_task(
         raise_remote_error(reply)
     result = reply["result"]
     state.update((result.metadata_json,))
-    if result.next_wall_clock_due is not None and spec.wall_clock_timeouts:
-        state.setTimeoutDuration(max(1, result.next_wall_clock_due - result.clock_ms))
+    wake_ups = [
+        due for due in (result.next_wall_clock_due, result.next_idle_deadline) if due is not None
+    ]
+    if wake_ups and spec.wall_clock_timeouts:
+        # a wall-clock punctuation is due, or max.task.idle.ms runs out for held-back input
+        state.setTimeoutDuration(max(1, min(wake_ups) - result.clock_ms))
     duration_ms = (time.monotonic() - started) * 1000
     metadata = TaskMetadata.from_json(result.metadata_json)
     if ranges or result.changelog_records or result.outputs:

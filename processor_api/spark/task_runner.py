@@ -44,6 +44,14 @@ from processor_api.kafka.reader import bounded_consumer, read_bounded, read_chan
 from processor_api.logging import get_logger
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.job import JobSpec, parse_task_id
+from processor_api.spark.pending_input import (
+    PENDING_KEY,
+    broker_lags,
+    group_offsets,
+    held_back,
+    pending_of,
+    reread_spans,
+)
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.topology import SubTopology, Topology
@@ -75,6 +83,7 @@ class BatchResult:
     next_wall_clock_due: int | None
     clock_ms: int
     rebuilt: bool
+    next_idle_deadline: int | None = None
 
 
 class TaskRunner:
@@ -84,6 +93,9 @@ class TaskRunner:
         self.spec = spec
         self.task_id = task_id
         self.config = StreamsConfig.from_dict(spec.config)
+        if spec.bounded and self.config.max_task_idle_ms > 0:
+            # data past a bounded run's end will not come: held-back records would stay
+            self.config = replace(self.config, max_task_idle_ms=0)
         self.app_id = self.config.application_id
         sub_id, self.partition = parse_task_id(task_id)
         subtopology = {sub.id: sub for sub in topology.subtopologies()}.get(sub_id)
@@ -101,6 +113,8 @@ class TaskRunner:
         self._committed_json: str | None = None
         self._commit_state = CommitState()
         self._changelog_positions: dict[str, int] = {}
+        self._pending: dict[str, tuple[int, int]] = {}
+        self._read_ends: dict[str, int] = {}
         self._batch_open = False
         self._last_batch_end: float | None = None
         self.inits = 0
@@ -137,14 +151,36 @@ class TaskRunner:
         processed_before = task.records_processed
         try:
             self._open_batch()
-            task.process_batch(self._read(ranges))
+            reread = (
+                [
+                    InputRange(topic, self.partition, start, end)
+                    for topic, start, end in reread_spans(self._pending, ranges)
+                ]
+                if rebuilt
+                else []
+            )
+            records = self._read(reread + ranges)
+            if self._waits_for_lagging_inputs():
+                task.update_lags(
+                    broker_lags(self._consumer, ranges, self.subtopology.source_topics)
+                )
+            task.process_batch(records)
             task.maybe_punctuate_wall_clock()
+            for planned in ranges:
+                self._read_ends[planned.topic] = max(
+                    planned.end, self._read_ends.get(planned.topic, 0)
+                )
+            pending = held_back(task, self._read_ends)
+            if pending:
+                task.extra[PENDING_KEY] = pending
+            else:
+                task.extra.pop(PENDING_KEY, None)
             changelog_count = self._produce_changelogs(task, collector)
             guarantee.flush()
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(metadata, self._input_offsets(ranges))
+            metadata = guarantee.commit(metadata, group_offsets(ranges, pending, self.partition))
             stores.commit(positions)
         except BaseException:
             self._log.warning("task_batch_failed", buffered_writes_dropped=self._abandon_batch())
@@ -154,6 +190,7 @@ class TaskRunner:
         self._commit_state = metadata.commit
         self._changelog_positions = dict(positions)
         self._committed_json = metadata.to_json()
+        self._pending = {t: (first, end) for t, (first, end) in pending.items()}
         return BatchResult(
             metadata_json=self._committed_json,
             processed=task.records_processed - processed_before,
@@ -163,6 +200,15 @@ class TaskRunner:
             next_wall_clock_due=task.next_wall_clock_due(),
             clock_ms=task.clock(),
             rebuilt=rebuilt,
+            next_idle_deadline=task.next_idle_deadline(),
+        )
+
+    def _waits_for_lagging_inputs(self) -> bool:
+        """Whether lags matter: several inputs, idling not disabled, an unbounded run."""
+        return (
+            len(self.subtopology.source_topics) > 1
+            and self.config.max_task_idle_ms != -1
+            and not self.spec.bounded
         )
 
     # ------------------------------------------------------- between batches
@@ -268,6 +314,8 @@ class TaskRunner:
         self.inits += 1
         self._commit_state = metadata.commit
         self._changelog_positions = dict(metadata.changelog_offsets)
+        self._pending = pending_of(metadata.extra)
+        self._read_ends = {topic: end for topic, (_, end) in self._pending.items()}
         self._committed_json = metadata.to_json()
         return sum(restored.values())
 
@@ -332,16 +380,6 @@ class TaskRunner:
                         )
                     )
         return records
-
-    @staticmethod
-    def _input_offsets(ranges: list[InputRange]) -> dict[tuple[str, int], int]:
-        """The batch's progress as consumer-group offsets: the end of every range it read.
-
-        A range is read to its end, so the next offset to consume is the range's end even when
-        its last offsets were transaction markers (no record, no position). Partitions without
-        a range in this batch keep the offset an earlier batch committed.
-        """
-        return {(planned.topic, planned.partition): planned.end for planned in ranges}
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0

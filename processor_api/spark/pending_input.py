@@ -1,0 +1,108 @@
+"""Input a task was handed but held back, waiting for a lagging co-partitioned input.
+
+With ``max.task.idle.ms`` (the engine's ``idling``), a task with several input topics stops
+when one runs empty while the broker has more of it; the others' records stay queued in the
+task. On Spark the micro-batch still commits: the task's input positions stop at the first
+held-back record, the consumer group gets that offset (not the range end), and the task's
+metadata carries, per topic, ``[first held-back offset, end of what was read]`` (the
+``pending`` extra), so that a rebuilt task (another executor, a restart, a failed batch) reads
+those records again before the new ranges.
+
+The lag the task waits on is the broker's end of a partition read in this batch minus the
+range end (records that arrived after the batch was planned, or that ``max.records.per.batch``
+left out); a partition without a range in this batch had nothing more when the batch was
+planned and counts as caught up. A bounded run (``Trigger.AvailableNow``, end offsets given)
+never waits: data past its bound will not come in this run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from processor_api.engine.task import Task
+from processor_api.logging import get_logger
+
+PENDING_KEY = "pending"  # in TaskMetadata.extra: {topic: [first held-back offset, read end]}
+
+_log = get_logger(__name__)
+
+
+class Range(Protocol):
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def pending_of(extra: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """The held-back input recorded in a task's metadata ``extra``."""
+    return {
+        str(t): (int(first), int(end)) for t, (first, end) in extra.get(PENDING_KEY, {}).items()
+    }
+
+
+def reread_spans(
+    pending: Mapping[str, tuple[int, int]], ranges: Iterable[Range]
+) -> list[tuple[str, int, int]]:
+    """``(topic, start, end)`` to read again for a rebuilt task: its held-back records, less
+    what this batch's ranges cover already (a run resumed from the group offsets)."""
+    starts = {r.topic: r.start for r in ranges}
+    spans = []
+    for topic, (first, read_end) in pending.items():
+        end = min(read_end, starts.get(topic, read_end))
+        if first < end:
+            spans.append((topic, first, end))
+    return spans
+
+
+def held_back(task: Task, read_ends: Mapping[str, int]) -> dict[str, list[int]]:
+    """Per topic with records queued in ``task``: ``[first queued offset, read end]``."""
+    return {
+        topic: [first, read_ends.get(topic, first + 1)]
+        for topic, first in task.partition_group.first_buffered_offsets().items()
+    }
+
+
+def group_offsets(
+    ranges: Iterable[Range], pending: Mapping[str, list[int]], partition: int
+) -> dict[tuple[str, int], int]:
+    """The consumer-group offsets of a batch: each range's end, or the first held-back record.
+
+    A range is read to its end, so the next offset to consume is its end even when its last
+    offsets were transaction markers (no record, no position). Partitions without a range in
+    this batch keep the offset an earlier batch committed, unless records are held back there.
+    """
+    offsets = {(r.topic, r.partition): r.end for r in ranges}
+    for topic, (first, _) in pending.items():
+        offsets[(topic, partition)] = first
+    return offsets
+
+
+def broker_lags(consumer: Any, ranges: Iterable[Range], topics: Iterable[str]) -> dict[str, int]:
+    """Per input topic, how many offsets the broker has past this batch's range (0 without a
+    range; 0 when the broker cannot say, so that a task never waits on nothing).
+
+    The end is the high watermark of the fetch responses that read the range (``cached``): a
+    ListOffsets query would be one more round trip, and wrong on the embedded broker (see
+    ``kafka/offsets.py``).
+    """
+    lags = dict.fromkeys(topics, 0)
+    for planned in ranges:
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(planned.topic, planned.partition), cached=True
+            )
+        except KafkaException as exc:
+            _log.warning(
+                "input_lag_unknown",
+                topic=planned.topic,
+                partition=planned.partition,
+                error=str(exc),
+            )
+            continue
+        if high is not None and high >= 0:
+            lags[planned.topic] = max(0, high - planned.end)
+    return lags

@@ -1,0 +1,43 @@
+"""Time semantics on Spark (issue 13, part 2): waiting for a lagging input
+(``max.task.idle.ms``) and stream time that advances on an idle input
+(``stream.time.idle.advance.ms``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.topics import TopicReader, produce, uid
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_task_waits_for_the_input_the_batch_cut_short(kafka, spark, tmp_path):
+    """max.records.per.batch = 3 plans the first batch as left[0, 2) and right[0, 1): after
+    right's only record the task must not process left's 10 and 30 while right's 20 is on the
+    broker; it holds them and goes on in the next batch, in timestamp order."""
+    run_id = uid()
+    left, right, output = f"wait-l-{run_id}", f"wait-r-{run_id}", f"wait-out-{run_id}"
+    for topic in (left, right, output):
+        kafka.create_topic(topic, 1)
+    produce(kafka.bootstrap_servers, left, [(b"k", b"l10", 0, 10), (b"k", b"l30", 0, 30)])
+    produce(kafka.bootstrap_servers, right, [(b"k", b"r5", 0, 5), (b"k", b"r20", 0, 20)])
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        f"wait-{run_id}",
+        tmp_path / "state",
+        max_records_per_batch=3,
+        config={"max.task.idle.ms": 0},
+    )
+    with TopicReader(kafka.bootstrap_servers, output, bytes.decode, bytes.decode) as out:
+        with BackgroundRun(
+            "tests.integration.time_topologies:build_merge_order",
+            settings,
+            spark=spark,
+            topology_kwargs={"left": left, "right": right, "output": output},
+        ) as run:
+            records = out.wait_for(lambda r: len(r) >= 4, timeout_s=120, while_alive=run)
+            run.stop()
+    # without waiting: r5, l10, l30, r20 (l30 before r20, out of timestamp order)
+    assert [r.value for r in records] == ["r5", "l10", "r20", "l30"]
+    assert [r.timestamp for r in records] == [5, 10, 20, 30]
