@@ -112,6 +112,7 @@ class StreamsConfig:
     dead_letter_topic: str | None = None
     processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
     max_task_idle_ms: int = 0
+    stream_time_idle_advance_ms: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -158,6 +159,14 @@ class StreamsConfig:
                 f"while the broker has more of them) or a positive number of ms, got "
                 f"{self.max_task_idle_ms}"
             )
+        if self.stream_time_idle_advance_ms is not None:
+            idle = _milliseconds("stream_time_idle_advance_ms", self.stream_time_idle_advance_ms)
+            if idle < 1:
+                raise ConfigError(
+                    f"stream_time_idle_advance_ms must be at least 1 ms (leave it unset to keep "
+                    f"stream time moving with records only), got {idle}"
+                )
+            self.stream_time_idle_advance_ms = idle
 
     @property
     def exactly_once(self) -> bool:

@@ -222,9 +222,10 @@ class PartitionGroup:
                 firsts[topic] = first
         return firsts
 
-    def add_records(self, batch: Iterable[InputRecord], positions: Mapping[str, int]) -> None:
+    def add_records(self, batch: Iterable[InputRecord], positions: Mapping[str, int]) -> int:
         """Queue ``batch``, less the records below ``positions`` (the next offset to process,
-        per topic: earlier ones were processed already) and those queued already."""
+        per topic: earlier ones were processed already) and those queued already; returns how
+        many were queued."""
         queues = self.queues
         by_topic: dict[str, list[InputRecord]] = {}
         for record in batch:
@@ -234,6 +235,7 @@ class PartitionGroup:
                     f"of its sources reads (they read {sorted(queues)})"
                 )
             by_topic.setdefault(record.topic, []).append(record)
+        queued = 0
         for topic, records in by_topic.items():
             queue = queues[topic]
             records.sort(key=_offset)
@@ -243,9 +245,11 @@ class PartitionGroup:
             if not records:
                 continue
             queue.extend(records)
+            queued += len(records)
             self.idling.filled(topic)
             if queue is not self._polled and queue.head is None and queue.update_head():
                 heapq.heappush(self._heap, (queue.head.timestamp, queue.index, queue))  # type: ignore[union-attr]
+        return queued
 
     def ready(self, now: int) -> bool:
         """Whether the next record may be taken at wall-clock time ``now`` (see ``idling``)."""

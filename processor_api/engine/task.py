@@ -112,6 +112,10 @@ class Task:
         # Earliest due time of the STREAM_TIME schedules (a lower bound: cancelling does not
         # raise it), so that the check after each record is one comparison.
         self._stream_due = NEVER
+        # stream.time.idle.advance.ms: when input last came (wall clock; None before init) and
+        # the stream time it left
+        self._input_wall: int | None = None
+        self._idle_base = self.stream_time
         self.record_context = RecordContext()
         self._initialized = False
         self._closed = False
@@ -166,6 +170,7 @@ class Task:
                     task_id=self.task_id,
                 ) from exc
         self._initialized = True
+        self._input_wall = self.clock()  # idle time counts from the task's start
 
     def close(self, close_stores: bool = True) -> None:
         """Call ``close()`` on every processor, then close the stores."""
@@ -205,9 +210,11 @@ class Task:
         self.undo.forget_reads()  # the stores may have been restored or rolled back since
         group = self.partition_group
         try:
-            group.add_records(records, self._positions)
             now = self.clock()
+            queued = group.add_records(records, self._positions)
             if not group.ready(now):
+                if queued:
+                    self._input_wall = now
                 return 0
             count = 0
             process = self._process
@@ -224,15 +231,56 @@ class Task:
                     else:
                         process(only, raw, record)
                         count += 1
-                return count
-            next_record = group.next_record
-            while (taken := next_record(now)) is not None:
-                process(*taken)
-                count += 1
+            else:
+                next_record = group.next_record
+                while (taken := next_record(now)) is not None:
+                    process(*taken)
+                    count += 1
+            if queued or count:  # input came, or held-back input went: not idle
+                self._input_wall, self._idle_base = now, self.stream_time
             return count
         except BaseException:
             group.clear()  # the runtime hands the records in again after a failure
             raise
+
+    def advance_idle_stream_time(self, now: int | None = None) -> bool:
+        """``stream.time.idle.advance.ms``: once no input came (and none held back was processed)
+        for that long (wall clock), move stream time to the stream time the last input left
+        plus the wall-clock time since it came, and fire the STREAM_TIME punctuations that
+        makes due; True if it moved.
+
+        Off (the default) or before the first record, stream time only moves with records. A
+        task holding records back for a lagging input is not idle.
+        """
+        idle_ms = self.config.stream_time_idle_advance_ms
+        if idle_ms is None or self._input_wall is None or self._idle_base < 0:
+            return False
+        now = self.clock() if now is None else now
+        elapsed = now - self._input_wall
+        if elapsed < idle_ms or self.partition_group.buffered():
+            return False
+        target = self._idle_base + elapsed
+        if target <= self.stream_time:
+            return False
+        self._log.debug(
+            "stream_time_advanced_on_idle_input",
+            stream_time=target,
+            previous=self.stream_time,
+            idle_ms=elapsed,
+        )
+        self.stream_time = target
+        self.undo.forget_reads()
+        self.maybe_punctuate_stream_time()
+        return True
+
+    def next_idle_advance_due(self) -> int | None:
+        """When (wall clock) idle stream-time advance makes the next STREAM_TIME punctuation
+        due; None when it is off or no such schedule is live."""
+        idle_ms = self.config.stream_time_idle_advance_ms
+        stream_due = self._stream_queue.next_due()
+        if idle_ms is None or self._input_wall is None or self._idle_base < 0 or stream_due is None:
+            return None
+        return self._input_wall + max(idle_ms, stream_due - self._idle_base)
 
     def update_lags(self, lags: Mapping[str, int | None]) -> None:
         """Tell the task how many records the broker has, per input topic, past those it was

@@ -154,6 +154,7 @@ class TopologyRunner:
                 "production_exception_handler": self.config.production_exception_handler,
                 "dead_letter_topic": self.config.dead_letter_topic,
                 "max_task_idle_ms": self.config.max_task_idle_ms,
+                "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
                 **self.config.extra,
             },
             log_format=self.settings.log_format,

@@ -97,10 +97,11 @@ def run_task(
     result = reply["result"]
     state.update((result.metadata_json,))
     wake_ups = [
-        due for due in (result.next_wall_clock_due, result.next_idle_deadline) if due is not None
+        due for due in (result.next_wall_clock_due, result.next_idle_due) if due is not None
     ]
     if wake_ups and spec.wall_clock_timeouts:
-        # a wall-clock punctuation is due, or max.task.idle.ms runs out for held-back input
+        # a wall-clock punctuation is due, max.task.idle.ms runs out for held-back input, or
+        # stream.time.idle.advance.ms makes a stream-time punctuation due
         state.setTimeoutDuration(max(1, min(wake_ups) - result.clock_ms))
     duration_ms = (time.monotonic() - started) * 1000
     metadata = TaskMetadata.from_json(result.metadata_json)

@@ -83,7 +83,7 @@ class BatchResult:
     next_wall_clock_due: int | None
     clock_ms: int
     rebuilt: bool
-    next_idle_deadline: int | None = None
+    next_idle_due: int | None = None  # max.task.idle.ms runs out, or idle stream time is due
 
 
 class TaskRunner:
@@ -166,6 +166,7 @@ class TaskRunner:
                 )
             task.process_batch(records)
             task.maybe_punctuate_wall_clock()
+            task.advance_idle_stream_time()
             for planned in ranges:
                 self._read_ends[planned.topic] = max(
                     planned.end, self._read_ends.get(planned.topic, 0)
@@ -200,7 +201,14 @@ class TaskRunner:
             next_wall_clock_due=task.next_wall_clock_due(),
             clock_ms=task.clock(),
             rebuilt=rebuilt,
-            next_idle_deadline=task.next_idle_deadline(),
+            next_idle_due=min(
+                (
+                    due
+                    for due in (task.next_idle_deadline(), task.next_idle_advance_due())
+                    if due is not None
+                ),
+                default=None,
+            ),
         )
 
     def _waits_for_lagging_inputs(self) -> bool:

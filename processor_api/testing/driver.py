@@ -198,7 +198,8 @@ class TopologyTestDriver:
 
     def advance_wall_clock_time(self, advance: int | timedelta) -> None:
         """Move the mocked system time forward, fire due WALL_CLOCK_TIME punctuations, and
-        process records a task held back while ``max.task.idle.ms`` had not run out."""
+        process records a task held back while ``max.task.idle.ms`` had not run out, and move
+        stream time of idle tasks under ``stream.time.idle.advance.ms``."""
         self._check_open()
         ms = to_ms(advance)
         if ms < 0:
@@ -208,6 +209,7 @@ class TopologyTestDriver:
             task.maybe_punctuate_wall_clock(self._wall_clock_ms)
             if task.buffered():  # waiting for another input: max.task.idle.ms may be over
                 task.process_batch([])
+            task.advance_idle_stream_time(self._wall_clock_ms)
         self._complete_work()
 
     @property

@@ -41,3 +41,41 @@ def test_a_task_waits_for_the_input_the_batch_cut_short(kafka, spark, tmp_path):
     # without waiting: r5, l10, l30, r20 (l30 before r20, out of timestamp order)
     assert [r.value for r in records] == ["r5", "l10", "r20", "l30"]
     assert [r.timestamp for r in records] == [5, 10, 20, 30]
+
+
+def test_stream_time_advances_on_an_idle_input(kafka, spark, tmp_path):
+    """One record at 5_000, then nothing: with stream.time.idle.advance.ms = 1_000 the task's
+    stream time moves with the wall clock, so its 1 s STREAM_TIME punctuation keeps firing
+    (the processing-time timeout wakes the task); off, it would fire once, at 5_000."""
+    from processor_api.serdes import Serdes
+
+    run_id = uid()
+    input_topic, output_topic = f"idle-in-{run_id}", f"idle-out-{run_id}"
+    kafka.create_topic(input_topic, 1)
+    kafka.create_topic(output_topic, 1)
+    produce(kafka.bootstrap_servers, input_topic, [(b"k", b"v", 0, 5_000)])
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        f"idle-{run_id}",
+        tmp_path / "state",
+        config={"stream.time.idle.advance.ms": 1_000},
+    )
+    long = Serdes.long()
+    with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, long.deserialize) as out:
+        with BackgroundRun(
+            "tests.integration.time_topologies:build_stream_time_ticker",
+            settings,
+            spark=spark,
+            topology_kwargs={
+                "input_topic": input_topic,
+                "output_topic": output_topic,
+                "interval_ms": 1_000,
+            },
+        ) as run:
+            records = out.wait_for(lambda r: len(r) >= 3, timeout_s=120, while_alive=run)
+            run.stop()
+    ticks = [r.value for r in records]
+    assert {r.key for r in records} == {"0_0"}
+    assert ticks[0] == 5_000
+    # each later tick is the stream time it fired at: past the next grid point, rising
+    assert all(b >= (a // 1_000 + 1) * 1_000 for a, b in zip(ticks, ticks[1:], strict=False))
