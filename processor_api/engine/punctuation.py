@@ -60,6 +60,29 @@ class ScheduleState:
             anchor=None if anchor is None else int(anchor),
         )
 
+    @classmethod
+    def registered(
+        cls,
+        persisted: ScheduleState | None,
+        type: PunctuationType,
+        interval: int,
+        anchor: int | None,
+        clock: Callable[[], int],
+    ) -> ScheduleState:
+        """The state of a schedule registered now: ``persisted`` if it continues it (see
+        :meth:`resumed_by`), else a new one first due at the anchor, at 0 (STREAM_TIME) or
+        one interval from now (WALL_CLOCK_TIME)."""
+        state = None if persisted is None else persisted.resumed_by(type, interval, anchor)
+        if state is not None:
+            return state
+        if anchor is not None:
+            first_due = anchor
+        elif type is PunctuationType.STREAM_TIME:
+            first_due = 0
+        else:
+            first_due = clock() + interval
+        return cls(type, interval, first_due, anchor=anchor)
+
     def resumed_by(
         self, type: PunctuationType, interval: int, anchor: int | None
     ) -> ScheduleState | None:
@@ -83,6 +106,21 @@ class ScheduleState:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def interval_ms_of(interval: int | timedelta) -> int:
+    """Milliseconds (>= 1) of a ``schedule()`` interval: int ms or ``timedelta``."""
+    if isinstance(interval, timedelta):
+        ms = interval // timedelta(milliseconds=1)
+    elif isinstance(interval, int) and not isinstance(interval, bool):
+        ms = interval
+    else:
+        raise TypeError(
+            f"punctuation interval must be int milliseconds or timedelta, got {interval!r}"
+        )
+    if ms < 1:
+        raise ValueError(f"punctuation interval must be at least 1 ms, got {interval!r}")
+    return ms
 
 
 def start_time_ms(start_time: datetime | int, processor: str) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.engine.context import ProcessorContextImpl, RecordContext
 from processor_api.engine.handlers import ErrorHandling
+from processor_api.engine.idle_time import IdleStreamTime
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.nodes import NodeGraph, ProcessorNode
 from processor_api.engine.partition_group import PartitionGroup, RecordQueue
@@ -36,6 +37,7 @@ from processor_api.engine.punctuation import (
     PunctuationQueue,
     PunctuationSchedule,
     ScheduleState,
+    interval_ms_of,
     start_time_ms,
 )
 from processor_api.engine.records import InputRecord, RecordCollector
@@ -55,20 +57,6 @@ StoreFactory = Callable[[StoreBuilder, Callable[[], int]], StoreStack]
 def wall_clock_ms() -> int:
     """The system time in epoch milliseconds (the default task clock)."""
     return time.time_ns() // 1_000_000
-
-
-def _interval_ms(interval: int | timedelta) -> int:
-    if isinstance(interval, timedelta):
-        ms = interval // timedelta(milliseconds=1)
-    elif isinstance(interval, int) and not isinstance(interval, bool):
-        ms = interval
-    else:
-        raise TypeError(
-            f"punctuation interval must be int milliseconds or timedelta, got {interval!r}"
-        )
-    if ms < 1:
-        raise ValueError(f"punctuation interval must be at least 1 ms, got {interval!r}")
-    return ms
 
 
 class Task:
@@ -112,10 +100,7 @@ class Task:
         # Earliest due time of the STREAM_TIME schedules (a lower bound: cancelling does not
         # raise it), so that the check after each record is one comparison.
         self._stream_due = NEVER
-        # stream.time.idle.advance.ms: when input last came (wall clock; None before init) and
-        # the stream time it left
-        self._input_wall: int | None = None
-        self._idle_base = self.stream_time
+        self.idle_time = IdleStreamTime(self.config.stream_time_idle_advance_ms, self.stream_time)
         self.record_context = RecordContext()
         self._initialized = False
         self._closed = False
@@ -170,7 +155,7 @@ class Task:
                     task_id=self.task_id,
                 ) from exc
         self._initialized = True
-        self._input_wall = self.clock()  # idle time counts from the task's start
+        self.idle_time.active(self.clock(), self.stream_time)  # idle time counts from the start
 
     def close(self, close_stores: bool = True) -> None:
         """Call ``close()`` on every processor, then close the stores."""
@@ -214,7 +199,7 @@ class Task:
             queued = group.add_records(records, self._positions)
             if not group.ready(now):
                 if queued:
-                    self._input_wall = now
+                    self.idle_time.active(now, self.stream_time)
                 return 0
             count = 0
             process = self._process
@@ -237,37 +222,20 @@ class Task:
                     process(*taken)
                     count += 1
             if queued or count:  # input came, or held-back input went: not idle
-                self._input_wall, self._idle_base = now, self.stream_time
+                self.idle_time.active(now, self.stream_time)
             return count
         except BaseException:
             group.clear()  # the runtime hands the records in again after a failure
             raise
 
     def advance_idle_stream_time(self, now: int | None = None) -> bool:
-        """``stream.time.idle.advance.ms``: once no input came (and none held back was processed)
-        for that long (wall clock), move stream time to the stream time the last input left
-        plus the wall-clock time since it came, and fire the STREAM_TIME punctuations that
-        makes due; True if it moved.
-
-        Off (the default) or before the first record, stream time only moves with records. A
-        task holding records back for a lagging input is not idle.
-        """
-        idle_ms = self.config.stream_time_idle_advance_ms
-        if idle_ms is None or self._input_wall is None or self._idle_base < 0:
-            return False
+        """Move stream time of an idle input (``stream.time.idle.advance.ms``, :mod:`.idle_time`)
+        and fire the STREAM_TIME punctuations that makes due; True if it moved."""
         now = self.clock() if now is None else now
-        elapsed = now - self._input_wall
-        if elapsed < idle_ms or self.partition_group.buffered():
+        target = self.idle_time.target(now, self.stream_time, bool(self.buffered()))
+        if target is None:
             return False
-        target = self._idle_base + elapsed
-        if target <= self.stream_time:
-            return False
-        self._log.debug(
-            "stream_time_advanced_on_idle_input",
-            stream_time=target,
-            previous=self.stream_time,
-            idle_ms=elapsed,
-        )
+        self._log.debug("stream_time_advanced_on_idle_input", stream_time=target, now=now)
         self.stream_time = target
         self.undo.forget_reads()
         self.maybe_punctuate_stream_time()
@@ -276,11 +244,7 @@ class Task:
     def next_idle_advance_due(self) -> int | None:
         """When (wall clock) idle stream-time advance makes the next STREAM_TIME punctuation
         due; None when it is off or no such schedule is live."""
-        idle_ms = self.config.stream_time_idle_advance_ms
-        stream_due = self._stream_queue.next_due()
-        if idle_ms is None or self._input_wall is None or self._idle_base < 0 or stream_due is None:
-            return None
-        return self._input_wall + max(idle_ms, stream_due - self._idle_base)
+        return self.idle_time.next_due(self._stream_queue.next_due())
 
     def update_lags(self, lags: Mapping[str, int | None]) -> None:
         """Tell the task how many records the broker has, per input topic, past those it was
@@ -349,23 +313,16 @@ class Task:
         """
         if not isinstance(type, PunctuationType):
             raise TypeError(f"punctuation type must be a PunctuationType, got {type!r}")
-        interval_ms = _interval_ms(interval)
+        interval_ms = interval_ms_of(interval)
         anchor = None if start_time is None else start_time_ms(start_time, node.name)
         callback = punctuator if punctuator is not None else node.processor.punctuate  # type: ignore[union-attr]
         if not callable(callback):
             raise TypeError(f"punctuator of processor {node.name!r} is not callable")
         key = f"{node.name}#{node.schedule_count}"
         node.schedule_count += 1
-        persisted = self._persisted_schedules.pop(key, None)
-        state = None if persisted is None else persisted.resumed_by(type, interval_ms, anchor)
-        if state is None:
-            if anchor is not None:
-                first_due = anchor
-            elif type is PunctuationType.STREAM_TIME:
-                first_due = 0
-            else:
-                first_due = self.clock() + interval_ms
-            state = ScheduleState(type, interval_ms, first_due, anchor=anchor)
+        state = ScheduleState.registered(
+            self._persisted_schedules.pop(key, None), type, interval_ms, anchor, self.clock
+        )
         schedule = PunctuationSchedule(key, node.name, callback, state)
         self._schedules[key] = schedule
         if type is PunctuationType.STREAM_TIME:

@@ -37,33 +37,49 @@ class Range(Protocol):
     end: int
 
 
-def pending_of(extra: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    """The held-back input recorded in a task's metadata ``extra``."""
-    return {
-        str(t): (int(first), int(end)) for t, (first, end) in extra.get(PENDING_KEY, {}).items()
-    }
+class HeldBackInput:
+    """What a task runner knows of its task's held-back input between batches."""
 
+    def __init__(self) -> None:
+        self.pending: dict[str, tuple[int, int]] = {}  # topic -> (first held back, read end)
+        self._read_ends: dict[str, int] = {}
 
-def reread_spans(
-    pending: Mapping[str, tuple[int, int]], ranges: Iterable[Range]
-) -> list[tuple[str, int, int]]:
-    """``(topic, start, end)`` to read again for a rebuilt task: its held-back records, less
-    what this batch's ranges cover already (a run resumed from the group offsets)."""
-    starts = {r.topic: r.start for r in ranges}
-    spans = []
-    for topic, (first, read_end) in pending.items():
-        end = min(read_end, starts.get(topic, read_end))
-        if first < end:
-            spans.append((topic, first, end))
-    return spans
+    def restore(self, extra: Mapping[str, Any]) -> None:
+        """Take the held-back input a (re)built task's committed metadata records."""
+        self.pending = {
+            str(t): (int(first), int(end)) for t, (first, end) in extra.get(PENDING_KEY, {}).items()
+        }
+        self._read_ends = {topic: end for topic, (_, end) in self.pending.items()}
 
+    def reread(self, ranges: Iterable[Range]) -> list[tuple[str, int, int]]:
+        """``(topic, start, end)`` to read again for a rebuilt task: its held-back records,
+        less what this batch's ranges cover already (a run resumed from the group offsets)."""
+        starts = {r.topic: r.start for r in ranges}
+        spans = []
+        for topic, (first, read_end) in self.pending.items():
+            end = min(read_end, starts.get(topic, read_end))
+            if first < end:
+                spans.append((topic, first, end))
+        return spans
 
-def held_back(task: Task, read_ends: Mapping[str, int]) -> dict[str, list[int]]:
-    """Per topic with records queued in ``task``: ``[first queued offset, read end]``."""
-    return {
-        topic: [first, read_ends.get(topic, first + 1)]
-        for topic, first in task.partition_group.first_buffered_offsets().items()
-    }
+    def after_batch(self, task: Task, ranges: Iterable[Range]) -> dict[str, list[int]]:
+        """Per topic with records still queued in ``task``: ``[first queued offset, read
+        end]``, also written to the task's metadata ``extra``."""
+        for planned in ranges:
+            self._read_ends[planned.topic] = max(planned.end, self._read_ends.get(planned.topic, 0))
+        pending = {
+            topic: [first, self._read_ends.get(topic, first + 1)]
+            for topic, first in task.partition_group.first_buffered_offsets().items()
+        }
+        if pending:
+            task.extra[PENDING_KEY] = pending
+        else:
+            task.extra.pop(PENDING_KEY, None)
+        return pending
+
+    def committed(self, pending: Mapping[str, list[int]]) -> None:
+        """The batch that left ``pending`` committed."""
+        self.pending = {t: (first, end) for t, (first, end) in pending.items()}
 
 
 def group_offsets(
@@ -79,6 +95,13 @@ def group_offsets(
     for topic, (first, _) in pending.items():
         offsets[(topic, partition)] = first
     return offsets
+
+
+def waits_for_lagging_inputs(task: Task, bounded: bool) -> bool:
+    """Whether lags matter to ``task``: several inputs, idling not disabled, an unbounded run."""
+    return (
+        len(task.partition_group.queues) > 1 and task.config.max_task_idle_ms != -1 and not bounded
+    )
 
 
 def broker_lags(consumer: Any, ranges: Iterable[Range], topics: Iterable[str]) -> dict[str, int]:

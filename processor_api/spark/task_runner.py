@@ -45,12 +45,10 @@ from processor_api.logging import get_logger
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.spark.pending_input import (
-    PENDING_KEY,
+    HeldBackInput,
     broker_lags,
     group_offsets,
-    held_back,
-    pending_of,
-    reread_spans,
+    waits_for_lagging_inputs,
 )
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
@@ -113,8 +111,7 @@ class TaskRunner:
         self._committed_json: str | None = None
         self._commit_state = CommitState()
         self._changelog_positions: dict[str, int] = {}
-        self._pending: dict[str, tuple[int, int]] = {}
-        self._read_ends: dict[str, int] = {}
+        self._held_back = HeldBackInput()
         self._batch_open = False
         self._last_batch_end: float | None = None
         self.inits = 0
@@ -151,31 +148,18 @@ class TaskRunner:
         processed_before = task.records_processed
         try:
             self._open_batch()
-            reread = (
-                [
-                    InputRange(topic, self.partition, start, end)
-                    for topic, start, end in reread_spans(self._pending, ranges)
-                ]
-                if rebuilt
-                else []
+            reread = self._held_back.reread(ranges) if rebuilt else []
+            records = self._read(
+                [InputRange(t, self.partition, a, b) for t, a, b in reread] + ranges
             )
-            records = self._read(reread + ranges)
-            if self._waits_for_lagging_inputs():
+            if waits_for_lagging_inputs(task, self.spec.bounded):
                 task.update_lags(
                     broker_lags(self._consumer, ranges, self.subtopology.source_topics)
                 )
             task.process_batch(records)
             task.maybe_punctuate_wall_clock()
             task.advance_idle_stream_time()
-            for planned in ranges:
-                self._read_ends[planned.topic] = max(
-                    planned.end, self._read_ends.get(planned.topic, 0)
-                )
-            pending = held_back(task, self._read_ends)
-            if pending:
-                task.extra[PENDING_KEY] = pending
-            else:
-                task.extra.pop(PENDING_KEY, None)
+            pending = self._held_back.after_batch(task, ranges)
             changelog_count = self._produce_changelogs(task, collector)
             guarantee.flush()
             positions = self._acked_changelog_positions(task)
@@ -191,7 +175,7 @@ class TaskRunner:
         self._commit_state = metadata.commit
         self._changelog_positions = dict(positions)
         self._committed_json = metadata.to_json()
-        self._pending = {t: (first, end) for t, (first, end) in pending.items()}
+        self._held_back.committed(pending)
         return BatchResult(
             metadata_json=self._committed_json,
             processed=task.records_processed - processed_before,
@@ -209,14 +193,6 @@ class TaskRunner:
                 ),
                 default=None,
             ),
-        )
-
-    def _waits_for_lagging_inputs(self) -> bool:
-        """Whether lags matter: several inputs, idling not disabled, an unbounded run."""
-        return (
-            len(self.subtopology.source_topics) > 1
-            and self.config.max_task_idle_ms != -1
-            and not self.spec.bounded
         )
 
     # ------------------------------------------------------- between batches
@@ -322,8 +298,7 @@ class TaskRunner:
         self.inits += 1
         self._commit_state = metadata.commit
         self._changelog_positions = dict(metadata.changelog_offsets)
-        self._pending = pending_of(metadata.extra)
-        self._read_ends = {topic: end for topic, (_, end) in self._pending.items()}
+        self._held_back.restore(metadata.extra)
         self._committed_json = metadata.to_json()
         return sum(restored.values())
 

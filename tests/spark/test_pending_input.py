@@ -8,13 +8,7 @@ from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.records import InputRecord, ListCollector
 from processor_api.engine.task import Task
-from processor_api.spark.pending_input import (
-    PENDING_KEY,
-    group_offsets,
-    held_back,
-    pending_of,
-    reread_spans,
-)
+from processor_api.spark.pending_input import HeldBackInput, group_offsets
 from processor_api.spark.task_runner import InputRange
 
 
@@ -49,22 +43,30 @@ def test_held_back_records_become_the_group_offset_and_the_metadata():
     task = make_task()
     task.update_lags({"r": 4})
     task.process_batch([rec("l", 7, 10), rec("l", 8, 30), rec("r", 3, 5)])  # r3 only
-    pending = held_back(task, {"l": 9, "r": 4})
-    assert pending == {"l": [7, 9]}
+    held = HeldBackInput()
     ranges = [InputRange("l", 2, 7, 9), InputRange("r", 2, 3, 4)]
+    pending = held.after_batch(task, ranges)
+    assert pending == {"l": [7, 9]}
     assert group_offsets(ranges, pending, 2) == {("l", 2): 7, ("r", 2): 4}
     # a partition without a range in this batch gets its held-back offset too
     assert group_offsets([InputRange("r", 2, 4, 6)], pending, 2) == {("l", 2): 7, ("r", 2): 6}
-    task.extra[PENDING_KEY] = pending
     saved = TaskMetadata.from_json(task.metadata().to_json())
-    assert pending_of(saved.extra) == {"l": (7, 9)}
+    rebuilt = HeldBackInput()
+    rebuilt.restore(saved.extra)
+    assert rebuilt.pending == {"l": (7, 9)}
+    # everything processed: nothing pending, nothing in the metadata
+    task.update_lags({"r": 0})
+    task.process_batch([rec("r", 4, 40)])
+    assert held.after_batch(task, [InputRange("r", 2, 4, 5)]) == {}
+    assert "pending" not in task.metadata().extra
 
 
 def test_a_rebuilt_task_rereads_only_what_the_new_ranges_do_not_cover():
-    pending = {"l": (7, 9)}
+    held = HeldBackInput()
+    held.restore({"pending": {"l": [7, 9]}})
     # the run goes on from the checkpoint: l's next range starts at 9
-    assert reread_spans(pending, [InputRange("l", 2, 9, 12)]) == [("l", 7, 9)]
-    assert reread_spans(pending, [InputRange("r", 2, 4, 6)]) == [("l", 7, 9)]
+    assert held.reread([InputRange("l", 2, 9, 12)]) == [("l", 7, 9)]
+    assert held.reread([InputRange("r", 2, 4, 6)]) == [("l", 7, 9)]
     # the run resumed from the group offsets: the range starts at the held-back record
-    assert reread_spans(pending, [InputRange("l", 2, 7, 12)]) == []
-    assert reread_spans({}, [InputRange("l", 2, 7, 12)]) == []
+    assert held.reread([InputRange("l", 2, 7, 12)]) == []
+    assert HeldBackInput().reread([InputRange("l", 2, 7, 12)]) == []
