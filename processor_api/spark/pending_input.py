@@ -77,24 +77,26 @@ class HeldBackInput:
             task.extra.pop(PENDING_KEY, None)
         return pending
 
+    def group_offsets(
+        self, ranges: Iterable[Range], pending: Mapping[str, list[int]], partition: int
+    ) -> dict[tuple[str, int], int]:
+        """The consumer-group offsets of a batch that leaves ``pending`` held back.
+
+        A range is read to its end, so the next offset to consume is its end even when its
+        last offsets were transaction markers (no record, no position); a held-back topic's is
+        its first held-back record; a topic held back before and processed now gets its read
+        end. Other partitions keep the offset an earlier batch committed.
+        """
+        offsets = {(r.topic, r.partition): r.end for r in ranges}
+        for topic, (_, read_end) in self.pending.items():
+            offsets.setdefault((topic, partition), read_end)
+        for topic, (first, _) in pending.items():
+            offsets[(topic, partition)] = first
+        return offsets
+
     def committed(self, pending: Mapping[str, list[int]]) -> None:
         """The batch that left ``pending`` committed."""
         self.pending = {t: (first, end) for t, (first, end) in pending.items()}
-
-
-def group_offsets(
-    ranges: Iterable[Range], pending: Mapping[str, list[int]], partition: int
-) -> dict[tuple[str, int], int]:
-    """The consumer-group offsets of a batch: each range's end, or the first held-back record.
-
-    A range is read to its end, so the next offset to consume is its end even when its last
-    offsets were transaction markers (no record, no position). Partitions without a range in
-    this batch keep the offset an earlier batch committed, unless records are held back there.
-    """
-    offsets = {(r.topic, r.partition): r.end for r in ranges}
-    for topic, (first, _) in pending.items():
-        offsets[(topic, partition)] = first
-    return offsets
 
 
 def waits_for_lagging_inputs(task: Task, bounded: bool) -> bool:

@@ -47,7 +47,6 @@ from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.spark.pending_input import (
     HeldBackInput,
     broker_lags,
-    group_offsets,
     waits_for_lagging_inputs,
 )
 from processor_api.state.locks import TaskLock
@@ -165,7 +164,9 @@ class TaskRunner:
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(metadata, group_offsets(ranges, pending, self.partition))
+            metadata = guarantee.commit(
+                metadata, self._held_back.group_offsets(ranges, pending, self.partition)
+            )
             stores.commit(positions)
         except BaseException:
             self._log.warning("task_batch_failed", buffered_writes_dropped=self._abandon_batch())

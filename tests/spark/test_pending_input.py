@@ -8,7 +8,7 @@ from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.records import InputRecord, ListCollector
 from processor_api.engine.task import Task
-from processor_api.spark.pending_input import HeldBackInput, group_offsets
+from processor_api.spark.pending_input import HeldBackInput
 from processor_api.spark.task_runner import InputRange
 
 
@@ -47,9 +47,13 @@ def test_held_back_records_become_the_group_offset_and_the_metadata():
     ranges = [InputRange("l", 2, 7, 9), InputRange("r", 2, 3, 4)]
     pending = held.after_batch(task, ranges)
     assert pending == {"l": [7, 9]}
-    assert group_offsets(ranges, pending, 2) == {("l", 2): 7, ("r", 2): 4}
+    assert held.group_offsets(ranges, pending, 2) == {("l", 2): 7, ("r", 2): 4}
     # a partition without a range in this batch gets its held-back offset too
-    assert group_offsets([InputRange("r", 2, 4, 6)], pending, 2) == {("l", 2): 7, ("r", 2): 6}
+    later = [InputRange("r", 2, 4, 6)]
+    assert held.group_offsets(later, pending, 2) == {("l", 2): 7, ("r", 2): 6}
+    held.committed(pending)
+    # once l's records went, its offset moves to what was read of it
+    assert held.group_offsets(later, {}, 2) == {("l", 2): 9, ("r", 2): 6}
     saved = TaskMetadata.from_json(task.metadata().to_json())
     rebuilt = HeldBackInput()
     rebuilt.restore(saved.extra)
