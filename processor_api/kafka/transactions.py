@@ -32,7 +32,7 @@ from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import transactional_id
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
-from processor_api.kafka.reader import bounded_consumer, read_bounded
+from processor_api.kafka.reader import PartitionReader
 from processor_api.logging import get_logger
 
 _log = get_logger("processor_api.transactions")
@@ -162,25 +162,17 @@ def read_latest_marker(
     end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
     if end <= start:
         return None
-    consumer = bounded_consumer(
+    latest: CommitMarker | None = None
+    key = task_id.encode()
+    with PartitionReader(
         bootstrap_servers,
         "marker-reader",
         isolation_level="read_committed",
         fail_on_data_loss=False,
         kafka=kafka,
-    )
-    latest: CommitMarker | None = None
-    key = task_id.encode()
-    try:
-        for messages in read_bounded(
-            consumer,
-            topic,
-            partition,
-            start,
-            end,
-            stall_timeout_s=MARKER_READ_TIMEOUT_S,
-            source=bootstrap_servers,
-        ):
+        stall_timeout_s=MARKER_READ_TIMEOUT_S,
+    ) as reader:
+        for messages in reader.read(topic, partition, start, end):
             for message in messages:
                 if message.key() != key:
                     continue
@@ -190,6 +182,4 @@ def read_latest_marker(
                     sequence=int(data["sequence"]),
                     metadata_json=json.dumps(data["metadata"]),
                 )
-    finally:
-        consumer.close()
     return latest

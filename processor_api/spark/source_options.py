@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor_api.errors import ConfigError, MissingTopicError, StreamsError
+from processor_api.errors import ConfigError, MissingTopicError
 from processor_api.kafka.client_config import KafkaClientConfig
 
 SOURCE_NAME = "processor_api_kafka"
@@ -241,38 +241,18 @@ def _kafka_client(items: tuple[tuple[str, str], ...]) -> KafkaClientConfig:
 
 # ------------------------------------------------------------------------- broker look-ups
 def _partition_counts(options: KafkaSourceOptions) -> dict[str, int]:
-    """Partition count of every configured topic, from all-topic metadata.
+    """Partition count of every configured topic (never auto-creates one, see ``admin``)."""
+    from processor_api.kafka.admin import topic_partitions
 
-    All-topic metadata never names a topic, so it cannot make Tansu auto-create one.
-    """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    from processor_api.kafka.admin import client_config
-
-    admin = AdminClient(
-        client_config(options.bootstrap_servers, "source-admin", kafka=options.kafka)
-    )
     try:
-        metadata = admin.list_topics(timeout=options.metadata_timeout_s)
-    except KafkaException as exc:
-        raise StreamsError(
-            f"no metadata from {options.bootstrap_servers} within "
-            f"{options.metadata_timeout_s:g}s: {exc}"
-        ) from exc
-    counts = {
-        name: len(topic.partitions)
-        for name, topic in metadata.topics.items()
-        if topic.error is None or topic.error.code() == KafkaError.NO_ERROR
-    }
-    missing = tuple(t for t in options.topics if t not in counts)
-    if missing:
-        raise MissingTopicError(
-            f"source topic(s) {', '.join(repr(t) for t in missing)} do not exist on "
-            f"{options.bootstrap_servers}",
-            topics=missing,
+        return topic_partitions(
+            options.bootstrap_servers,
+            options.topics,
+            timeout_s=options.metadata_timeout_s,
+            kafka=options.kafka,
         )
-    return {t: counts[t] for t in options.topics}
+    except MissingTopicError as exc:
+        raise MissingTopicError(f"source {exc}", topics=exc.topics) from None
 
 
 def _beginning(options: KafkaSourceOptions, tps: list[TopicPartitionKey]) -> Offsets:
