@@ -46,6 +46,7 @@ from processor_api.state import (
     WindowStore,
     WindowStoreIterator,
 )
+from processor_api.store_queries import read_store
 from processor_api.topology import Topology, TopologyDescription
 
 __version__ = "0.1.0"
@@ -88,4 +89,5 @@ __all__ = [
     "WindowStore",
     "WindowStoreIterator",
     "Windowed",
+    "read_store",
 ]
