@@ -52,7 +52,13 @@ from processor_api.kafka.topics import plan_topics
 from processor_api.kafka.transactions import CommitMarker, read_latest_marker
 from processor_api.logging import get_logger
 from processor_api.state import InMemoryBytesStore, KeyValue, StoreBuilder
-from processor_api.state.selection import READABLE_KINDS, StoreSelection, select
+from processor_api.state.selection import (
+    KEY_VALUE_KINDS,
+    READABLE_KINDS,
+    StoreSelection,
+    select,
+    select_folded,
+)
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.read_store")
@@ -249,8 +255,19 @@ def read_partition(
     end: int,
     selection: StoreSelection | None = None,
 ) -> Iterator[KeyValue]:
-    """Replay ``[0, end)`` of one changelog partition into a temporary store and select."""
+    """Replay ``[0, end)`` of one changelog partition into a temporary store and select.
+
+    Key-value stores (plain and timestamped) are folded into a dict instead: the changelog
+    key is the store key, so the last write of each key, tombstones applied, is the store.
+    """
     selection = selection or StoreSelection()
+    if builder.kind in KEY_VALUE_KINDS:
+        folded: dict[bytes, bytes] = {}
+        if end > 0:
+            _replay(location, builder, _Fold(folded), partition, end)
+        facade = builder.build(inner=InMemoryBytesStore(builder.name)).store
+        yield from select_folded(facade, folded, selection)
+        return
     with tempfile.TemporaryDirectory(prefix="read-store-") as directory:
         stack = _scratch_store(builder, Path(directory))
         try:
@@ -267,10 +284,25 @@ def _scratch_store(builder: StoreBuilder, directory: Path) -> Any:
     return builder.build(state_dir=directory, inner=inner)
 
 
+class _Fold:
+    """A restore target folding ``(key, value)`` batches into a dict (``None`` deletes)."""
+
+    def __init__(self, entries: dict[bytes, bytes]) -> None:
+        self.entries = entries
+
+    def put_all(self, batch: list[tuple[bytes, bytes | None]]) -> None:
+        entries, pop = self.entries, self.entries.pop
+        for key, value in batch:
+            if value is None:
+                pop(key, None)
+            else:
+                entries[key] = value
+
+
 def _replay(
     location: StoreLocation, builder: StoreBuilder, inner: Any, partition: int, end: int
 ) -> int:
-    write = builder.restore_writer(inner)
+    write = inner.put_all if isinstance(inner, _Fold) else builder.restore_writer(inner)
     versions = builder.changelog_has_versions
     count = 0
     with PartitionReader(

@@ -10,7 +10,8 @@ stores, which can only be read one key at a time (as Kafka Streams' ``VersionedK
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,3 +112,30 @@ def _windowed(store: Any, name: str, selection: StoreSelection, what: str) -> It
     if what == "session":
         return _drain(store.fetch(lo, hi))
     return _drain(store.fetch(lo, hi, 0, MAX_TIMESTAMP))
+
+
+def select_folded(
+    store: Any, entries: Mapping[bytes, bytes], selection: StoreSelection
+) -> Iterator[KeyValue]:
+    """For key-value kinds: the entries of a folded changelog (key bytes -> value bytes, the
+    last write of each key, tombstones applied) that ``selection`` picks, in key order, typed
+    by ``store`` (a key-value facade). Bounds compare serialized keys, as ``range`` does."""
+    serialize, entry = store.key_serde.serialize, store.entry_from_bytes
+    if selection.key is not None:
+        key = serialize(selection.key)
+        value = entries.get(key)
+        if value is not None:
+            yield entry(key, value)
+        return
+    keys = sorted(entries)
+    if selection.prefix is not None:
+        prefix = serialize(selection.prefix)
+        for key in keys[bisect_left(keys, prefix) :]:
+            if not key.startswith(prefix):
+                return
+            yield entry(key, entries[key])
+        return
+    lo = 0 if selection.key_from is None else bisect_left(keys, serialize(selection.key_from))
+    hi = len(keys) if selection.key_to is None else bisect_right(keys, serialize(selection.key_to))
+    for key in keys[lo:hi]:
+        yield entry(key, entries[key])

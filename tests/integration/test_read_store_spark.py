@@ -278,7 +278,8 @@ def test_a_read_during_a_running_query_finds_committed_batches_only(
 
     feeder = threading.Thread(target=feed, daemon=True)
     reads: list[dict[int, list[dict[str, Any]]]] = []
-    with BackgroundRun(LEDGER, settings, spark=spark, topology_kwargs=_topology(app)) as run:
+    kwargs = {"input_topic": app["input_topic"]}
+    with BackgroundRun(LEDGER, settings, spark=spark, topology_kwargs=kwargs) as run:
         feeder.start()
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
