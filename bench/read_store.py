@@ -4,7 +4,7 @@
 
 The application ``bench-read-store`` has one task (``0_0``) with a key-value store ``counts``
 (``Serdes.string()`` keys, ``Serdes.long()`` values). The bench writes its state the way the
-runtime does: N distinct keys on ``bench-read-store-counts-changelog`` (1 partition, compacted)
+runtime does: N distinct keys on ``bench-read-store-counts-changelog`` (``bench.restore.produce_changelog``) (1 partition, compacted)
 and one commit marker on ``bench-read-store-task-commits`` (``marker_value`` of a
 ``TaskMetadata`` whose ``changelog_offsets`` end at N), so the read path is the one a stopped
 application's state takes. Contenders, alternating, each reading all N entries:
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ import uuid
 from typing import Any
 
 from bench.common import REPO_DIR, Broker, log, machine_info, stats, write_result
+from bench.restore import produce_changelog
 
 APP = "bench-read-store"
 STORE = "counts"
@@ -42,7 +42,6 @@ TOPIC = f"{APP}-{STORE}-changelog"
 MARKERS = f"{APP}-task-commits"
 INPUT = f"{APP}-input"
 TOPOLOGY = "bench.read_store:build_topology"
-_LONG = struct.Struct(">q")
 
 
 def build_topology(input_topic: str = INPUT) -> Any:
@@ -79,31 +78,13 @@ def write_state(broker: Broker, entries: int) -> dict[str, Any]:
     broker.create_topic(INPUT, 1)
     broker.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
     broker.create_topic(MARKERS, 1, {"cleanup.policy": "compact"})
-    producer = Producer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
-    started = time.monotonic()
-    for i in range(entries):
-        while True:
-            try:
-                producer.produce(TOPIC, _LONG.pack(i + 1), b"key-%07d" % i, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 20_000 == 0:
-            producer.poll(0)
+    produced = produce_changelog(broker.bootstrap, entries, TOPIC)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
     metadata = TaskMetadata(changelog_offsets={STORE: entries}, input_positions={INPUT: entries})
     producer.produce(MARKERS, marker_value(1, metadata.to_json()), b"0_0", partition=0)
-    if producer.flush(120):
-        raise RuntimeError("the changelog was not flushed")
-    return {"entries": entries, "produce_s": round(time.monotonic() - started, 2)}
+    if producer.flush(30):
+        raise RuntimeError("the commit marker was not flushed")
+    return produced
 
 
 def _read_store(bootstrap: str, entries: int) -> tuple[float, dict]:
@@ -207,7 +188,7 @@ def run(broker: Broker, entries: int, reps: int) -> dict[str, Any]:
                     **info,
                 }
             )
-    expected_sum = entries * (entries + 1) // 2
+    expected_sum = entries * (entries - 1) // 2
     summary = {}
     for name in names:
         s = stats([r["seconds"] for r in runs if r["contender"] == name])

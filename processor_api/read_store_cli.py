@@ -26,7 +26,7 @@ PROG = "read-store"
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``read-store`` arguments."""
-    from processor_api.cli import _key_value, _topology_arg
+    from processor_api.cli import add_topology_and_kafka_arguments
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -42,35 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the function returning the application's Topology (its stores' serdes)",
     )
-    parser.add_argument(
-        "--topology-arg",
-        type=_topology_arg,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="keyword argument for FUNCTION (JSON value)",
-    )
     select = parser.add_argument_group("selection (one of)")
     select.add_argument("--key", metavar="K", help="one key")
     select.add_argument("--from", dest="key_from", metavar="A", help="keys from A (inclusive)")
     select.add_argument("--to", dest="key_to", metavar="B", help="keys up to B (inclusive)")
     select.add_argument("--prefix", metavar="P", help="keys starting with P (key-value stores)")
     parser.add_argument("--format", choices=["json", "table"], default="json")
-    parser.add_argument(
-        "--kafka-config",
-        type=_key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Kafka client setting, as run-topology takes it (repeatable)",
-    )
-    parser.add_argument(
-        "--kafka-config-file",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="Kafka client settings in Java properties format (client.properties)",
-    )
+    add_topology_and_kafka_arguments(parser)
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument("--log-level", choices=LEVELS, default="warning")
     return parser
@@ -97,13 +75,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
-    from processor_api.kafka.client_config import read_properties
+    from processor_api.cli import kafka_settings
     from processor_api.store_queries import entry_fields, open_store_reader
 
-    kafka: dict[str, Any] = {}
-    for path in args.kafka_config_file:
-        kafka.update(read_properties(path))
-    kafka.update(dict(args.kafka_config))
+    kafka = kafka_settings(args)
     reader = open_store_reader(
         args.bootstrap_servers,
         args.application_id,

@@ -46,7 +46,6 @@ from processor_api.errors import ConfigError, MissingTopicError, StreamsError
 from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
-from processor_api.kafka.offsets import beginning_offsets, end_offsets
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
 from processor_api.kafka.topics import plan_topics
 from processor_api.kafka.transactions import CommitMarker, read_latest_marker
@@ -63,7 +62,7 @@ from processor_api.topology import Topology
 
 _log = get_logger("processor_api.read_store")
 
-#: Markers read from the end of a marker partition first; the window grows until one is found.
+#: Offsets read from the end of a marker partition first (the window grows until a marker).
 MARKER_TAIL = 64
 #: Kinds whose innermost store is a plain byte store (no segments): replayed in memory.
 _PLAIN_KINDS = ("key-value", "timestamped-key-value", "versioned-key-value")
@@ -195,41 +194,20 @@ def locate(
     )
 
 
-def latest_marker(
-    bootstrap_servers: str,
-    topic: str,
-    partition: int,
-    task_id: str,
-    *,
-    kafka: KafkaClientConfig | None = None,
-) -> CommitMarker | None:
-    """The last committed marker of ``task_id``, reading the partition's tail first."""
-    tp = (topic, partition)
-    begin = beginning_offsets(bootstrap_servers, [tp], kafka=kafka)[tp]
-    end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
-    window = MARKER_TAIL
-    while True:
-        start = max(begin, end - window)
-        marker = read_latest_marker(
-            bootstrap_servers, topic, partition, start, task_id, kafka=kafka
-        )
-        if marker is not None or start <= begin:
-            return marker
-        window *= 16
-
-
 def committed_ends(location: StoreLocation) -> dict[int, int]:
     """Per changelog partition, the store's changelog offset in its task's last marker."""
     ends: dict[int, int] = {}
     for partition, (task_id, marker_partition) in enumerate(
         zip(location.task_ids, location.marker_partitions, strict=True)
     ):
-        marker = latest_marker(
+        marker = read_latest_marker(
             location.bootstrap_servers,
             location.marker_topic,
             marker_partition,
+            0,  # the reader starts at the first offset a compacted topic still has
             task_id,
             kafka=location.kafka,
+            tail=MARKER_TAIL,
         )
         ends[partition] = 0 if marker is None else _store_offset(marker, location, task_id)
     _log.debug(

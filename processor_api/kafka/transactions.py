@@ -156,10 +156,33 @@ def read_latest_marker(
     task_id: str,
     *,
     kafka: KafkaClientConfig | None = None,
+    tail: int | None = None,
 ) -> CommitMarker | None:
-    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed)."""
+    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed).
+
+    With ``tail``, only the last ``tail`` offsets before the end are read first, then 16 times
+    as many, and so on back to ``start``, until a marker of the task is found.
+    """
     tp = (topic, partition)
     end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
+    window = tail
+    while True:
+        first = start if window is None else max(start, end - window)
+        marker = _last_marker_in(bootstrap_servers, topic, partition, first, end, task_id, kafka)
+        if marker is not None or first <= start:
+            return marker
+        window = 16 * window  # type: ignore[operator]
+
+
+def _last_marker_in(
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    task_id: str,
+    kafka: KafkaClientConfig | None,
+) -> CommitMarker | None:
     if end <= start:
         return None
     latest: CommitMarker | None = None

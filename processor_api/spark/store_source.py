@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,34 +137,23 @@ def read_store_df(
     application_id: str,
     topology: Topology | str,
     store: str,
-    *,
-    key: Any = None,
-    key_from: Any = None,
-    key_to: Any = None,
-    prefix: Any = None,
-    kafka_config: Mapping[str, Any] | None = None,
-    topology_kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> Any:
     """The committed contents of ``store`` as a DataFrame, one Spark partition per changelog
     partition (see the module docstring for the columns).
 
-    Arguments and semantics as :func:`processor_api.read_store`. The commit markers are read
-    now, on the driver; the changelog partitions when the DataFrame is computed (each time it
-    is, unless cached), always up to the offsets found now.
+    Arguments (``options``: ``key``, ``key_from``, ``key_to``, ``prefix``, ``kafka_config``,
+    ``topology_kwargs``) and semantics as :func:`processor_api.read_store`. The commit markers
+    are read now, on the driver; the changelog partitions when the DataFrame is computed (each
+    time it is, unless cached), always up to the offsets found now.
     """
-    reader = open_store_reader(
-        bootstrap_servers,
-        application_id,
-        topology,
-        store,
-        kafka_config=kafka_config,
-        topology_kwargs=topology_kwargs,
-    )
+    selection = {k: options.pop(k) for k in ("key", "key_from", "key_to", "prefix") if k in options}
+    reader = open_store_reader(bootstrap_servers, application_id, topology, store, **options)
     scan = StoreScan(
         location=reader.location,
         builder=reader.builder,
         ends=reader.committed_ends(),
-        selection=StoreSelection(key=key, key_from=key_from, key_to=key_to, prefix=prefix),
+        selection=StoreSelection(**selection),
     )
     spark.dataSource.register(StoreDataSource)
     return spark.read.format(STORE_SOURCE_NAME).option("scan", scan.encode()).load()
