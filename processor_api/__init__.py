@@ -46,6 +46,7 @@ from processor_api.state import (
     WindowStore,
     WindowStoreIterator,
 )
+from processor_api.store_queries import read_store
 from processor_api.topology import Topology
 from processor_api.topology_description import TopologyDescription
 
@@ -89,4 +90,5 @@ __all__ = [
     "WindowStore",
     "WindowStoreIterator",
     "Windowed",
+    "read_store",
 ]

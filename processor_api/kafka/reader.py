@@ -1,11 +1,13 @@
-"""One bounded partition reader: exactly the offsets ``[start, end)`` of one topic-partition.
+"""One bounded partition reader: exactly the offsets ``[start, end)`` of a topic-partition.
 
-Used by the tasks (their planned input ranges), the Spark source and the changelog restore.
-A range ends when a record at or past ``end`` arrives, when the consumer's position reaches
-``end`` (offsets taken by transaction markers, aborted records under ``read_committed`` or
-compacted-away records are skipped by the broker and never delivered, so they are not waited
-for), or when partition-EOF is reported at or past ``end``. No progress for ``stall_timeout_s``
-raises :class:`~processor_api.errors.SourceReadError` naming topic, partition and offset.
+:class:`PartitionReader` is used by every bounded read of the runtime: the tasks (their planned
+input ranges), the Spark source, the changelog restore, the commit-marker reader and
+``read-store``. A range ends when a record at or past ``end`` arrives, when the consumer's
+position reaches ``end`` (offsets taken by transaction markers, aborted records under
+``read_committed`` or compacted-away records are skipped by the broker and never delivered, so
+they are not waited for), or when partition-EOF is reported at or past ``end``. No progress for
+``stall_timeout_s`` raises :class:`~processor_api.errors.SourceReadError` naming topic,
+partition and offset.
 """
 
 from __future__ import annotations
@@ -31,42 +33,88 @@ _FATAL_CODES = (
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
 )
 
+#: Fetch sizes for reads of whole partitions (restore, task input, ``read-store``).
+LARGE_FETCH = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}
 
-def bounded_consumer(
-    bootstrap_servers: str,
-    role: str,
-    *,
-    isolation_level: str,
-    fail_on_data_loss: bool = True,
-    extra: dict[str, Any] | None = None,
-    kafka: KafkaClientConfig | None = None,
-) -> Consumer:
-    """A consumer for :func:`read_bounded`: never joins a group, never commits.
 
-    ``extra`` (tuning) and the user's consumer settings (``kafka``, which win) go on top of
-    the defaults; the settings the reader relies on cannot be overridden.
+class PartitionReader:
+    """Reads bounded ranges ``[start, end)`` of partitions with one consumer.
+
+    The consumer never joins a group and never commits; it is assigned to one partition per
+    :meth:`read` and may be reused for the next range (a task keeps one across micro-batches).
+    ``client`` names the client in logs; ``fetch`` (tuning) and the user's consumer settings
+    (``kafka``, which win) go on top of the defaults, and the settings the reader relies on
+    cannot be overridden. ``fail_on_data_loss=False`` starts a range whose first offsets are
+    gone (retention, compaction) at the earliest offset the broker has instead of failing.
+    Use it as a context manager, or call :meth:`close`.
     """
-    return Consumer(
-        client_config(
-            bootstrap_servers,
-            role,
-            role="consumer",
-            kafka=kafka,
-            defaults={"fetch.wait.max.ms": 100, **(extra or {})},
-            **{
-                "group.id": f"processor-api-{role}-{uuid.uuid4().hex}",  # never joined
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
-                "isolation.level": isolation_level,
-                "allow.auto.create.topics": False,
-            },
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        client: str,
+        *,
+        isolation_level: str,
+        fail_on_data_loss: bool = True,
+        fetch: dict[str, Any] | None = None,
+        kafka: KafkaClientConfig | None = None,
+        batch_size: int = 10_000,
+        stall_timeout_s: float = 60.0,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.batch_size = batch_size
+        self.stall_timeout_s = stall_timeout_s
+        self._consumer: Consumer | None = Consumer(
+            client_config(
+                bootstrap_servers,
+                client,
+                role="consumer",
+                kafka=kafka,
+                defaults={"fetch.wait.max.ms": 100, **(fetch or {})},
+                **{
+                    "group.id": f"processor-api-{client}-{uuid.uuid4().hex}",  # never joined
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
+                    "isolation.level": isolation_level,
+                    "allow.auto.create.topics": False,
+                },
+            )
         )
-    )
+
+    def read(self, topic: str, partition: int, start: int, end: int) -> Iterator[list[Any]]:
+        """Yield lists of confluent-kafka ``Message``s of ``topic[partition]`` in ``[start, end)``.
+
+        Messages come in offset order, each list at most ``batch_size`` long.
+        """
+        if self._consumer is None:
+            raise RuntimeError("the partition reader is closed")
+        return _read_bounded(
+            self._consumer,
+            topic,
+            partition,
+            start,
+            end,
+            batch_size=self.batch_size,
+            stall_timeout_s=self.stall_timeout_s,
+            source=self.bootstrap_servers,
+        )
+
+    def close(self) -> None:
+        """Close the consumer (idempotent)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def __enter__(self) -> PartitionReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def read_bounded(
+def _read_bounded(
     consumer: Consumer,
     topic: str,
     partition: int,
@@ -77,12 +125,7 @@ def read_bounded(
     stall_timeout_s: float = 60.0,
     source: str = "",
 ) -> Iterator[list[Any]]:
-    """Yield lists of confluent-kafka ``Message``s of ``topic[partition]`` in ``[start, end)``.
-
-    Messages come in offset order, each list at most ``batch_size`` long. ``consumer`` is
-    (re)assigned to the partition; it may be reused for the next range. ``source`` names the
-    broker in errors.
-    """
+    """:meth:`PartitionReader.read`; ``source`` names the broker in errors."""
     if end <= start:
         return
     tp = TopicPartition(topic, partition)
@@ -190,27 +233,19 @@ def read_changelog(
     """
     if end <= start:
         return 0
-    consumer = bounded_consumer(
+    count = 0
+    started = last_report = time.monotonic()
+    with PartitionReader(
         bootstrap_servers,
         "restore",
         isolation_level=isolation_level,
         fail_on_data_loss=False,  # a compacted changelog may start past ``start``
-        extra={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+        fetch=LARGE_FETCH,
         kafka=kafka,
-    )
-    count = 0
-    started = last_report = time.monotonic()
-    try:
-        for messages in read_bounded(
-            consumer,
-            topic,
-            partition,
-            start,
-            end,
-            batch_size=RESTORE_BATCH,
-            stall_timeout_s=RESTORE_STALL_TIMEOUT_S,
-            source=bootstrap_servers,
-        ):
+        batch_size=RESTORE_BATCH,
+        stall_timeout_s=RESTORE_STALL_TIMEOUT_S,
+    ) as reader:
+        for messages in reader.read(topic, partition, start, end):
             if with_timestamps:
                 apply_batch([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
             else:
@@ -228,6 +263,4 @@ def read_changelog(
                     rate_per_s=round(count / (now - started)),
                 )
                 last_report = now
-    finally:
-        consumer.close()
     return count

@@ -40,7 +40,7 @@ from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
 from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic
-from processor_api.kafka.reader import bounded_consumer, read_bounded, read_changelog
+from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
 from processor_api.logging import get_logger
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.job import JobSpec, parse_task_id
@@ -94,7 +94,7 @@ class TaskRunner:
         self.directory = task_directory(spec.state_dir, self.app_id, task_id)
         self._lock = lock
         self._guarantee = self._make_guarantee()
-        self._consumer: Any = None
+        self._reader: PartitionReader | None = None
         self._task: Task | None = None
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
@@ -296,27 +296,21 @@ class TaskRunner:
         """Every record of the planned ranges, as the engine's input records."""
         if not ranges:
             return []
-        if self._consumer is None:
-            self._consumer = bounded_consumer(
+        if self._reader is None:
+            self._reader = PartitionReader(
                 self.spec.bootstrap_servers,
                 f"task-{self.task_id}",
                 isolation_level=self._guarantee.isolation_level,
-                extra={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+                fetch=LARGE_FETCH,
                 kafka=self.spec.kafka,
             )
+        read = self._reader.read
         records: list[InputRecord] = []
         append = records.append
         not_available = TIMESTAMP_NOT_AVAILABLE
         for planned in ranges:
             topic, partition = planned.topic, planned.partition
-            for messages in read_bounded(
-                self._consumer,
-                topic,
-                partition,
-                planned.start,
-                planned.end,
-                source=self.spec.bootstrap_servers,
-            ):
+            for messages in read(topic, partition, planned.start, planned.end):
                 for message in messages:
                     kind, timestamp = message.timestamp()
                     headers = message.headers()
@@ -386,9 +380,9 @@ class TaskRunner:
             self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         finally:
             self._lock.__exit__(None, None, None)
         self._log.info("task_closed", duration_ms=round((time.monotonic() - started) * 1000, 1))
