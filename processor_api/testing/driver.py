@@ -13,6 +13,10 @@ Like Kafka Streams' driver it processes each piped record to completion (includi
 that cross sub-topologies through repartition topics), checks stream-time punctuation after
 each record, commits (flushes stores) after each record, and fires wall-clock punctuation only
 when :meth:`TopologyTestDriver.advance_wall_clock_time` is called.
+
+Global stores are filled from the records piped into (or produced to) their topics, before the
+driver returns; every task's processors read them, and ``get_state_store`` and the typed
+getters find them by name.
 """
 
 from __future__ import annotations
@@ -20,23 +24,22 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from processor_api.config import StreamsConfig
+from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StoreError, StreamsError
-from processor_api.processor import Record
 from processor_api.serdes import Serde, Serdes
-from processor_api.state.base import KeyValue
 from processor_api.state.key_value import KeyValueStore
 from processor_api.state.session import SessionStore
 from processor_api.state.timestamped import TimestampedKeyValueStore
 from processor_api.state.versioned import VersionedKeyValueStore
 from processor_api.state.window import WindowStore
+from processor_api.testing.topics import NoSuchElementError, TestInputTopic, TestOutputTopic, to_ms
 from processor_api.topology import Topology
 
 __all__ = [
@@ -45,18 +48,6 @@ __all__ = [
     "TestOutputTopic",
     "TopologyTestDriver",
 ]
-
-
-class NoSuchElementError(LookupError):
-    """Reading from an output topic that has no (more) records."""
-
-
-def _to_ms(value: int | timedelta) -> int:
-    if isinstance(value, timedelta):
-        return value // timedelta(milliseconds=1)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected milliseconds (int) or timedelta, got {value!r}")
-    return value
 
 
 class TopologyTestDriver:
@@ -79,15 +70,27 @@ class TopologyTestDriver:
         settings.update(config or {})
         self.config = StreamsConfig.from_dict(settings)
         self._topology = topology
-        self._wall_clock_ms = _to_ms(initial_wall_clock_ms)
+        self._wall_clock_ms = to_ms(initial_wall_clock_ms)
         self._state_dir = Path(tempfile.mkdtemp(prefix="processor-api-driver-"))
         self._collector = ListCollector(partitions=1)
         self._next_offset: dict[str, int] = {}
         self._output: dict[str, deque[OutputRecord]] = {}
         self._tasks: list[Task] = []
         self._task_by_topic: dict[str, Task] = {}
+        self._global: GlobalTask | None = None
         self._closed = False
         try:
+            if topology.global_stores():
+                global_dir = self._state_dir / self.config.application_id / "global"
+                self._global = GlobalTask(
+                    global_stores=topology.global_stores(),
+                    store_factory=lambda builder, ts: builder.build(
+                        state_dir=global_dir, timestamp_fn=ts
+                    ),
+                    config=self.config,
+                    clock=self._clock,
+                )
+                self._global.initialize()
             for sub in topology.subtopologies():
                 task_dir = self._state_dir / self.config.application_id / sub.task_id(0)
                 task = Task(
@@ -100,6 +103,7 @@ class TopologyTestDriver:
                     collector=self._collector,
                     config=self.config,
                     clock=self._clock,
+                    global_task=self._global,
                 )
                 self._tasks.append(task)
                 for topic in sub.source_topics:
@@ -137,7 +141,7 @@ class TopologyTestDriver:
             key_serde or source.key_serde,
             value_serde or source.value_serde,
             self._wall_clock_ms if start_timestamp is None else start_timestamp,
-            _to_ms(auto_advance),
+            to_ms(auto_advance),
         )
 
     def create_output_topic(
@@ -159,11 +163,32 @@ class TopologyTestDriver:
         headers: tuple[tuple[str, bytes | None], ...],
     ) -> None:
         self._check_open()
+        if self._global is not None and topic in self._global.topics:
+            self._feed_global(topic, key, value, timestamp, headers)
+            self._complete_work()
+            return
         task = self._task_by_topic.get(topic)
         if task is None:
             raise StreamsError(f"unknown input topic {topic!r}: no source of the topology reads it")
         self._feed(task, topic, key, value, timestamp, headers)
         self._complete_work()
+
+    def _feed_global(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: tuple[tuple[str, bytes | None], ...],
+    ) -> None:
+        """One record of a global store's topic: the global processor updates its store."""
+        assert self._global is not None
+        offset = self._next_offset.get(topic, 0)
+        self._next_offset[topic] = offset + 1
+        self._global.process(InputRecord(topic, 0, offset, timestamp, key, value, headers))
+        self._global.flush()
+        for record in self._global.take_dead_letters():
+            self._collector.send(record)
 
     def _feed(
         self,
@@ -186,6 +211,10 @@ class TopologyTestDriver:
                 break
             for record in produced:
                 self._output.setdefault(record.topic, deque()).append(record)
+                if self._global is not None and record.topic in self._global.topics:
+                    self._feed_global(
+                        record.topic, record.key, record.value, record.timestamp, record.headers
+                    )
                 downstream = self._task_by_topic.get(record.topic)
                 if downstream is not None:
                     self._feed(
@@ -205,7 +234,7 @@ class TopologyTestDriver:
     def advance_wall_clock_time(self, advance: int | timedelta) -> None:
         """Move the mocked system time forward and fire due WALL_CLOCK_TIME punctuations."""
         self._check_open()
-        ms = _to_ms(advance)
+        ms = to_ms(advance)
         if ms < 0:
             raise ValueError(f"wall clock cannot go back (advance {advance!r})")
         self._wall_clock_ms += ms
@@ -218,6 +247,10 @@ class TopologyTestDriver:
         return self._wall_clock_ms
 
     # ------------------------------------------------------------- inspection
+    def get_state_store(self, name: str) -> Any:
+        """The store ``name`` of any kind: a task's store, or a global store."""
+        return self._store(name, object, "a state store")
+
     def get_key_value_store(self, name: str) -> KeyValueStore:
         """The key-value store ``name`` (of whichever task owns it); ``StoreError`` if it is
         another kind (a timestamped key-value store is one)."""
@@ -240,15 +273,18 @@ class TopologyTestDriver:
         return self._store(name, VersionedKeyValueStore, "a versioned key-value store")
 
     def _store(self, name: str, kind: type, described: str) -> Any:
-        for task in self._tasks:
-            if name in task.stores:
-                store = task.stores[name].store
+        stacks = [task.stores for task in self._tasks]
+        if self._global is not None:
+            stacks.append(self._global.stores)
+        for stores in stacks:
+            if name in stores:
+                store = stores[name].store
                 if not isinstance(store, kind):
                     raise StoreError(
                         f"state store {name!r} is not {described}: it is a {type(store).__name__}"
                     )
                 return store
-        known = sorted(s for task in self._tasks for s in task.stores)
+        known = sorted(name for stores in stacks for name in stores)
         raise StoreError(f"no state store named {name!r} in the topology (stores: {known})")
 
     def produced_topics(self) -> list[str]:
@@ -277,6 +313,8 @@ class TopologyTestDriver:
         try:
             for task in self._tasks:
                 task.close()
+            if self._global is not None:
+                self._global.close()
         finally:
             shutil.rmtree(self._state_dir, ignore_errors=True)
 
@@ -285,121 +323,3 @@ class TopologyTestDriver:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-class TestInputTopic:
-    """Pipes records into one input topic of a :class:`TopologyTestDriver`."""
-
-    __test__ = False
-
-    def __init__(
-        self,
-        driver: TopologyTestDriver,
-        topic: str,
-        key_serde: Serde,
-        value_serde: Serde,
-        start_timestamp: int,
-        auto_advance: int,
-    ) -> None:
-        self.topic = topic
-        self._driver = driver
-        self._key_serde = key_serde
-        self._value_serde = value_serde
-        self._current_time = start_timestamp
-        self._auto_advance = auto_advance
-
-    def pipe_input(
-        self,
-        key: Any,
-        value: Any,
-        timestamp: int | None = None,
-        headers: Iterable[tuple[str, bytes]] | None = None,
-    ) -> None:
-        """Send one record; without ``timestamp`` the topic's current time is used."""
-        if timestamp is None:
-            timestamp = self._current_time
-            self._current_time += self._auto_advance
-        record = Record(key, value, timestamp, tuple(headers or ()))  # validates
-        self._driver._pipe(
-            self.topic,
-            self._key_serde.serialize(record.key),
-            self._value_serde.serialize(record.value),
-            record.timestamp,
-            record.headers,
-        )
-
-    def pipe_record(self, record: Record) -> None:
-        """Send a :class:`Record` as it is."""
-        self.pipe_input(record.key, record.value, record.timestamp, record.headers)
-
-    def pipe_key_value_list(self, pairs: Iterable[tuple[Any, Any]]) -> None:
-        """Send ``(key, value)`` pairs in order."""
-        for key, value in pairs:
-            self.pipe_input(key, value)
-
-    def pipe_value_list(self, values: Iterable[Any]) -> None:
-        """Send values with null keys, in order."""
-        for value in values:
-            self.pipe_input(None, value)
-
-    def advance_time(self, advance: int | timedelta) -> None:
-        """Move this topic's current time (used for records piped without a timestamp)."""
-        self._current_time += _to_ms(advance)
-
-
-class TestOutputTopic:
-    """Reads what the topology produced to one topic, in order, deserialized."""
-
-    __test__ = False
-
-    def __init__(
-        self, driver: TopologyTestDriver, topic: str, key_serde: Serde, value_serde: Serde
-    ) -> None:
-        self.topic = topic
-        self._driver = driver
-        self._key_serde = key_serde
-        self._value_serde = value_serde
-
-    def read_record(self) -> Record:
-        """The next record (key, value, timestamp, headers); raises NoSuchElementError if none."""
-        raw = self._driver._take(self.topic)
-        return Record(
-            self._key_serde.deserialize(raw.key),
-            self._value_serde.deserialize(raw.value),
-            raw.timestamp,
-            raw.headers,
-        )
-
-    def read_key_value(self) -> KeyValue:
-        record = self.read_record()
-        return KeyValue(record.key, record.value)
-
-    def read_value(self) -> Any:
-        return self.read_record().value
-
-    def read_records_to_list(self) -> list[Record]:
-        records = []
-        while not self.is_empty():
-            records.append(self.read_record())
-        return records
-
-    def read_key_values_to_list(self) -> list[KeyValue]:
-        return [KeyValue(r.key, r.value) for r in self.read_records_to_list()]
-
-    def read_values_to_list(self) -> list[Any]:
-        return [r.value for r in self.read_records_to_list()]
-
-    def read_key_values_to_map(self) -> dict[Any, Any]:
-        """Latest value per key; a null key is an error (as in Kafka Streams)."""
-        result: dict[Any, Any] = {}
-        for record in self.read_records_to_list():
-            if record.key is None:
-                raise StreamsError(f"null key on topic {self.topic}: not allowed in a map")
-            result[record.key] = record.value
-        return result
-
-    def is_empty(self) -> bool:
-        return self._driver._queue_size(self.topic) == 0
-
-    def get_queue_size(self) -> int:
-        return self._driver._queue_size(self.topic)
