@@ -401,7 +401,7 @@ class Topology:
         ]
 
     def _validate(self) -> None:
-        if not any(isinstance(n, SourceNode) for n in self._nodes.values()):
+        if not self._global and not any(isinstance(n, SourceNode) for n in self._nodes.values()):
             raise TopologyError("the topology has no source: add_source() first")
         for store_name, users in self._store_users.items():
             if not users:
