@@ -3,9 +3,9 @@
 
 Each task host keeps its own copy of every global store under ``<task dir>/global`` (why, and
 what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
-global topic from the position the copy holds up to the partition's end offset (the last
-stable offset under ``read_committed``) as one bounded read per partition, hands the records
-to the global processors (:class:`~processor_api.engine.global_task.GlobalTask`), flushes the
+global topic from the position the copy holds up to its current end (partition EOF: the high
+watermark, or the last stable offset under ``read_committed``), all partitions in one
+bounded read (``kafka.reader.read_to_end``), hands the records to the global processors (:class:`~processor_api.engine.global_task.GlobalTask`), flushes the
 stores and writes the checkpoint. The task runner calls it before the task is built (the
 first call restores the stores: records with a null key are skipped, as in Kafka Streams'
 global restore) and before every micro-batch, so a batch sees every global record that was
@@ -26,10 +26,9 @@ from processor_api.engine.records import OutputRecord
 from processor_api.engine.task import wall_clock_ms
 from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
-from processor_api.kafka.offsets import end_offsets
-from processor_api.kafka.reader import bounded_consumer
+from processor_api.kafka.reader import bounded_consumer, read_to_end
 from processor_api.logging import get_logger
-from processor_api.spark.input_records import read_input_records
+from processor_api.spark.input_records import to_input_records
 from processor_api.spark.job import JobSpec
 from processor_api.state.global_state import GlobalStateDirectory
 from processor_api.topology import Topology
@@ -42,9 +41,8 @@ class CatchUp:
     """What one :meth:`GlobalStores.catch_up` did."""
 
     records: int
-    partitions_read: int
-    lookup_s: float  # end offsets
-    read_s: float  # reading and processing the records, flush and checkpoint
+    partitions_read: int  # partitions that had new records
+    duration_s: float
     restoring: bool
 
 
@@ -129,57 +127,46 @@ class GlobalStores:
         """Read every global partition up to its current end; returns what it did."""
         restoring = not self._restored
         started = time.monotonic()
-        ends = end_offsets(
-            self._bootstrap, self.partitions, isolation_level=self._isolation, kafka=self._kafka
-        )
-        looked_up = time.monotonic()
-        positions = self.task.positions
-        pending = [
-            (topic, partition, positions.get((topic, partition), 0), end)
-            for (topic, partition), end in ends.items()
-            if positions.get((topic, partition), 0) < end
-        ]
-        count = 0
-        if pending:
-            self.state.begin_update()
-            for topic, partition, start, end in pending:
-                count += self._read(topic, partition, start, end, restoring)
-            self.task.flush()
-            self.state.checkpoint({key: positions.get(key, 0) for key in self.partitions})
-        self._restored = True
-        done = CatchUp(count, len(pending), looked_up - started, time.monotonic() - looked_up,
-                       restoring)  # fmt: skip
-        if pending or restoring:
-            _log.info(
-                "global_restore_done" if restoring else "global_catch_up",
-                records=count,
-                partitions_read=len(pending),
-                lookup_ms=round(done.lookup_s * 1000, 1),
-                read_ms=round(done.read_s * 1000, 1),
-            )
-        return done
-
-    def _read(self, topic: str, partition: int, start: int, end: int, restoring: bool) -> int:
         if self._consumer is None:
             self._consumer = bounded_consumer(
                 self._bootstrap,
                 self._role,
                 isolation_level=self._isolation,
                 fail_on_data_loss=False,  # a compacted topic may start past the position
-                extra={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+                extra={
+                    "fetch.max.bytes": 52_428_800,
+                    "max.partition.fetch.bytes": 10_485_760,
+                    "fetch.wait.max.ms": 10,  # an idle partition answers fast: EOF is the end
+                },
                 kafka=self._kafka,
             )
-        process = self.task.process
+        task, positions = self.task, self.task.positions
+        starts = {key: positions.get(key, 0) for key in self.partitions}
         count = 0
-        for batch in read_input_records(
-            self._consumer, topic, partition, start, end, source=self._bootstrap
-        ):
-            for raw in batch:
-                process(raw, restoring=restoring)
-            count += len(batch)
-        # the range is read to its end, even when its last offsets held no record
-        self.task.set_position(topic, partition, end)
-        return count
+        read: set[tuple[str, int]] = set()
+        for batch in read_to_end(self._consumer, starts, source=self._bootstrap):
+            if batch.messages:
+                self.state.begin_update()
+                read.add((batch.topic, batch.partition))
+                for raw in to_input_records(batch.topic, batch.partition, batch.messages):
+                    task.process(raw, restoring=restoring)
+                count += len(batch.messages)
+            if batch.end is not None:  # past markers and compacted offsets too
+                task.set_position(batch.topic, batch.partition, batch.end)
+        if read:
+            task.flush()
+        if read or restoring or any(positions.get(k, 0) != o for k, o in starts.items()):
+            self.state.checkpoint({key: positions.get(key, 0) for key in self.partitions})
+        self._restored = True
+        done = CatchUp(count, len(read), time.monotonic() - started, restoring)
+        if read or restoring:
+            _log.info(
+                "global_restore_done" if restoring else "global_catch_up",
+                records=count,
+                partitions_read=len(read),
+                duration_ms=round(done.duration_s * 1000, 1),
+            )
+        return done
 
     def store(self, name: str) -> Any:
         """The global store ``name`` (the writable store; tasks get read-only views)."""

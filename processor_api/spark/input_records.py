@@ -11,32 +11,35 @@ from processor_api.engine.records import InputRecord
 from processor_api.kafka.reader import read_bounded
 
 
+def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> list[InputRecord]:
+    """confluent-kafka messages of one partition as input records (no timestamp: -1, which
+    the engine skips as Kafka Streams does)."""
+    not_available = TIMESTAMP_NOT_AVAILABLE
+    records = []
+    append = records.append
+    for message in messages:
+        kind, timestamp = message.timestamp()
+        headers = message.headers()
+        append(
+            InputRecord(
+                topic,
+                partition,
+                message.offset(),
+                -1 if kind == not_available else timestamp,
+                message.key(),
+                message.value(),
+                () if headers is None else tuple(headers),
+            )
+        )
+    return records
+
+
 def read_input_records(
     consumer: Any, topic: str, partition: int, start: int, end: int, *, source: str
 ) -> Iterator[list[InputRecord]]:
-    """The records of ``topic[partition]`` in ``[start, end)``, in batches, in offset order.
-
-    A record without a timestamp gets -1 (the engine skips it as Kafka Streams does).
-    """
-    not_available = TIMESTAMP_NOT_AVAILABLE
+    """The records of ``topic[partition]`` in ``[start, end)``, in batches, in offset order."""
     for messages in read_bounded(consumer, topic, partition, start, end, source=source):
-        batch = []
-        append = batch.append
-        for message in messages:
-            kind, timestamp = message.timestamp()
-            headers = message.headers()
-            append(
-                InputRecord(
-                    topic,
-                    partition,
-                    message.offset(),
-                    -1 if kind == not_available else timestamp,
-                    message.key(),
-                    message.value(),
-                    () if headers is None else tuple(headers),
-                )
-            )
-        yield batch
+        yield to_input_records(topic, partition, messages)
 
 
 def read_ranges(consumer: Any, ranges: Iterable[Any], *, source: str) -> list[InputRecord]:

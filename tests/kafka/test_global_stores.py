@@ -113,3 +113,24 @@ def test_read_committed_catch_up_stops_at_an_open_transaction(kafka, tmp_path):
         assert stores.catch_up().records == 0
     finally:
         stores.close()
+
+
+def test_read_to_end_reuses_its_consumer_and_reports_each_end(kafka):
+    from processor_api.kafka.reader import bounded_consumer, read_to_end
+
+    topic = uid("to-end")
+    kafka.create_topic(topic, 2)
+    produce(kafka.bootstrap_servers, topic, [(b"k%d" % i, b"v", i % 2) for i in range(7)])
+    consumer = bounded_consumer(kafka.bootstrap_servers, "test", isolation_level="read_committed")
+    try:
+        for start in (0, 2):  # the second read re-assigns partitions the first one paused
+            starts = {(topic, 0): start, (topic, 1): start}
+            offsets, ends = {}, {}
+            for batch in read_to_end(consumer, starts, stall_timeout_s=10):
+                offsets.setdefault(batch.partition, []).extend(m.offset() for m in batch.messages)
+                if batch.end is not None:
+                    ends[batch.partition] = batch.end
+            assert ends == {0: 4, 1: 3}
+            assert offsets == {0: list(range(start, 4)), 1: list(range(start, 3))}
+    finally:
+        consumer.close()
