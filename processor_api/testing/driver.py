@@ -12,7 +12,9 @@ sub-topology on partition 0, with a mocked wall clock::
 Like Kafka Streams' driver it processes each piped record to completion (including records
 that cross sub-topologies through repartition topics), checks stream-time punctuation after
 each record, commits (flushes stores) after each record, and fires wall-clock punctuation only
-when :meth:`TopologyTestDriver.advance_wall_clock_time` is called.
+when :meth:`TopologyTestDriver.advance_wall_clock_time` is called. What a logged store writes
+goes to its changelog topic ``<application id>-<store>-changelog``, readable like any output
+topic (one record per write; with caching, one per key and commit, i.e. per input record).
 
 Global stores are filled from the records piped into (or produced to) their topics, before the
 driver returns; every task's processors read them, and ``get_state_store`` and the typed
@@ -33,6 +35,7 @@ from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StoreError, StreamsError
+from processor_api.kafka.names import changelog_topic
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.key_value import KeyValueStore
 from processor_api.state.session import SessionStore
@@ -226,7 +229,12 @@ class TopologyTestDriver:
                         record.headers,
                     )
         for task in self._tasks:
-            task.flush()
+            for store_name, changes in task.flush().items():
+                # the store's changelog, readable like any output topic (as in Kafka Streams)
+                topic = changelog_topic(self.config.application_id, store_name)
+                self._output.setdefault(topic, deque()).extend(
+                    OutputRecord(topic, c.key, c.value, c.timestamp) for c in changes
+                )
         # flushing caches may not forward anything in this runtime, but keep the loop honest
         if self._collector.records:
             self._complete_work()

@@ -150,7 +150,9 @@ def build_read_only_lookup(
     """A read-only state store ``prices`` fed by ``prices_topic``, looked up by the orders of
     the same key (the two topics are co-partitioned: one task per partition holds both)."""
     string = Serdes.string()
-    prices = Stores.key_value_store_builder(Stores.persistent_key_value_store("prices"), string, string)
+    prices = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("prices"), string, string
+    )
     return (
         Topology()
         .add_read_only_state_store(

@@ -419,3 +419,38 @@ def test_record_type_is_checked_before_reaching_the_global_processor():
         table = driver.create_input_topic("global-topic")
         table.pipe_record(Record("k", "v", 3))
         assert driver.get_key_value_store("global-store").get("k") == "v"
+
+
+class PutTwice(Processor):
+    def init(self, context):
+        self.store = context.get_state_store("counts")
+
+    def process(self, record):
+        self.store.put(record.key, 1)
+        self.store.put(record.key, 2)
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["no-cache", "cache"])
+def test_changelog_records_can_be_read_like_an_output_topic(caching):
+    builder = Stores.key_value_store_builder(
+        Stores.in_memory_key_value_store("counts"), S, Serdes.long()
+    )
+    if caching:
+        builder.with_caching_enabled()
+    topology = (
+        Topology()
+        .add_source("s", "in", key_serde=S, value_serde=S)
+        .add_processor("p", PutTwice, "s")
+        .add_state_store(builder, "p")
+    )
+    config = {"application_id": "app"}
+    with TopologyTestDriver(topology, config) as driver:
+        driver.create_input_topic("in").pipe_input("k", "x", timestamp=5)
+        driver.create_input_topic("in").pipe_input("j", "x", timestamp=6)
+        assert driver.produced_topics() == ["app-counts-changelog"]
+        changelog = driver.create_output_topic("app-counts-changelog", S, Serdes.long())
+        records = [(r.key, r.value, r.timestamp) for r in changelog.read_records_to_list()]
+    if caching:  # the driver commits after each input record: one change per key and record
+        assert records == [("k", 2, 5), ("j", 2, 6)]
+    else:
+        assert records == [("k", 1, 5), ("k", 2, 5), ("j", 1, 6), ("j", 2, 6)]
