@@ -11,7 +11,8 @@ global store and processor):
   a new ``GlobalStores`` and its first ``catch_up()`` - partition look-up, one read of every
   partition to its end, the global processor per record (string + JSON deserialization, ``put``),
   flush, checkpoint. Contenders, alternating: RocksDB store, in-memory store, and a plain
-  confluent-kafka consumer reading the same records without processing them (the floor).
+  confluent-kafka consumer (same fetch sizes) reading the same records without processing
+  them (the floor).
 * **reopen** (a task host restarts on the same executor with its copy intact): open the
   RocksDB copy and catch up from its checkpoint with nothing new.
 * **per-batch catch-up** on a filled copy: ``catch_up()`` with nothing new (what every
@@ -119,6 +120,10 @@ def plain_consumer(bootstrap: str, entries: int) -> tuple[float, dict]:
             "group.id": f"plain-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # the fetch sizes GlobalStores uses, so the floor reads the same way
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 10_485_760,
+            "fetch.wait.max.ms": 10,
         }
     )
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])

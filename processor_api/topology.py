@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from processor_api import topology_grouping as grouping
 from processor_api.errors import TopologyError
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.builder import StoreBuilder
 from processor_api.topology_description import TopologyDescription
-from processor_api.topology_grouping import components, group_ids, make_subtopology
 from processor_api.topology_nodes import (
     OFFSET_RESET_POLICIES,
     GlobalStoreNode,
@@ -305,20 +305,7 @@ class Topology:
             )
 
     def _check_parents(self, name: str, parent_names: tuple[str, ...]) -> None:
-        for parent in parent_names:
-            if parent == name:
-                raise TopologyError(f"node {name!r} cannot be its own parent")
-            node = self._nodes.get(parent)
-            if node is None:
-                if parent in self._order:  # the source or processor of a global store
-                    raise TopologyError(
-                        f"node {parent!r} of a global store cannot be the parent of node {name!r}"
-                    )
-                raise TopologyError(f"parent {parent!r} of node {name!r} is not added yet")
-            if isinstance(node, SinkNode):
-                raise TopologyError(f"sink {parent!r} cannot be the parent of node {name!r}")
-        if len(set(parent_names)) != len(parent_names):
-            raise TopologyError(f"node {name!r} lists a parent twice: {list(parent_names)}")
+        grouping.check_parents(self._nodes, self._order, name, parent_names)
 
     def _parent(self, name: str) -> SourceNode | ProcessorNode:
         node = self._nodes[name]
@@ -385,19 +372,21 @@ class Topology:
         return None
 
     def _group_ids(self) -> dict[str, int]:
-        firsts = [group[0] for group in components(self._nodes, self._store_users.values())]
+        firsts = [
+            group[0] for group in grouping.components(self._nodes, self._store_users.values())
+        ]
         firsts += [g.source.name for g in self._global.values()]
-        return group_ids(firsts, self._order)
+        return grouping.group_ids(firsts, self._order)
 
     def subtopologies(self) -> list[SubTopology]:
         """The connected components that run as tasks, numbered in node-insertion order."""
         self._validate()
         ids = self._group_ids()
         return [
-            make_subtopology(
+            grouping.make_subtopology(
                 ids[names[0]], [self._nodes[n] for n in names], self._source_changelogs
             )
-            for names in components(self._nodes, self._store_users.values())
+            for names in grouping.components(self._nodes, self._store_users.values())
         ]
 
     def _validate(self) -> None:

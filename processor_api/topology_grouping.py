@@ -1,4 +1,4 @@
-"""How a topology's nodes fall into sub-topologies, and how those are numbered.
+"""How a topology's nodes are wired and fall into sub-topologies, and how those are numbered.
 
 A sub-topology is a connected component of the DAG where processors sharing a state store
 count as connected. Kafka Streams numbers its node groups by their first-added node; a
@@ -8,8 +8,9 @@ task ids of later sub-topologies skip it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
+from processor_api.errors import TopologyError
 from processor_api.topology_nodes import Node, ProcessorNode, SinkNode, SourceNode, SubTopology
 
 
@@ -64,3 +65,24 @@ def make_subtopology(
         store_names=tuple(stores),
         source_changelogs={s: t for s, t in source_changelogs.items() if s in stores},
     )
+
+
+def check_parents(
+    nodes: Mapping[str, Node], all_names: Container[str], name: str, parent_names: tuple[str, ...]
+) -> None:
+    """``TopologyError`` unless every parent of node ``name`` is an added source or processor
+    of a sub-topology (``all_names`` holds global stores' nodes too), listed once."""
+    for parent in parent_names:
+        if parent == name:
+            raise TopologyError(f"node {name!r} cannot be its own parent")
+        node = nodes.get(parent)
+        if node is None:
+            if parent in all_names:  # the source or processor of a global store
+                raise TopologyError(
+                    f"node {parent!r} of a global store cannot be the parent of node {name!r}"
+                )
+            raise TopologyError(f"parent {parent!r} of node {name!r} is not added yet")
+        if isinstance(node, SinkNode):
+            raise TopologyError(f"sink {parent!r} cannot be the parent of node {name!r}")
+    if len(set(parent_names)) != len(parent_names):
+        raise TopologyError(f"node {name!r} lists a parent twice: {list(parent_names)}")
