@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from confluent_kafka import Producer
 
 from processor_api import Processor, Serdes, Stores, Topology
@@ -134,3 +135,14 @@ def test_read_to_end_reuses_its_consumer_and_reports_each_end(kafka):
             assert offsets == {0: list(range(start, 4)), 1: list(range(start, 3))}
     finally:
         consumer.close()
+
+
+def test_a_missing_global_topic_is_named(kafka, tmp_path):
+    from processor_api.errors import MissingTopicError
+    from processor_api.kafka.topics import plan_topics
+
+    topic = uid("no-such-global")
+    with pytest.raises(MissingTopicError, match=f"'{topic}'"):
+        plan_topics(topology(topic), kafka.bootstrap_servers, "app")
+    with pytest.raises(MissingTopicError, match=f"'{topic}' do not exist"):
+        open_stores(kafka, topic, tmp_path)
