@@ -5,8 +5,9 @@ Each task host keeps its own copy of every global store under ``<task dir>/globa
 what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
 global topic from the position the copy holds up to its current end (partition EOF: the high
 watermark, or the last stable offset under ``read_committed``), all partitions in one
-bounded read (``kafka.reader.read_to_end``), hands the records to the global processors (:class:`~processor_api.engine.global_task.GlobalTask`), flushes the
-stores and writes the checkpoint. The task runner calls it before the task is built (the
+bounded read (``kafka.reader.read_to_end``), hands the records to the global processors
+(:class:`~processor_api.engine.global_task.GlobalTask`), flushes the stores and writes the
+checkpoint. The task runner calls it before the task is built (the
 first call restores the stores: records with a null key are skipped, as in Kafka Streams'
 global restore) and before every micro-batch, so a batch sees every global record that was
 committed when it started.
