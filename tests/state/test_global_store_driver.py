@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from processor_api import (
+    HandlerResponse,
     KeyValueStore,
     ProcessingError,
     Processor,
@@ -454,3 +455,21 @@ def test_changelog_records_can_be_read_like_an_output_topic(caching):
         assert records == [("k", 2, 5), ("j", 2, 6)]
     else:
         assert records == [("k", 1, 5), ("k", 2, 5), ("j", 1, 6), ("j", 2, 6)]
+
+
+def resume_to_dead_letters(context, record, error):
+    return HandlerResponse.resume(context.dead_letter_records(error))
+
+
+def test_global_deserialization_handler_dead_letter_records_are_produced():
+    topology = enrichment_topology()
+    config = {
+        "deserialization.exception.handler": f"{__name__}:resume_to_dead_letters",
+        "dead_letter_topic": "dlq",
+    }
+    with TopologyTestDriver(topology, config) as driver:
+        table = driver.create_input_topic("global-topic", S, Serdes.bytes())
+        table.pipe_input("bad", b"\xff\xfe", timestamp=9)  # not UTF-8
+        (dead,) = driver.create_output_topic("dlq").read_records_to_list()
+        assert dead.key == b"bad" and dead.timestamp == 9
+        assert driver.get_key_value_store("global-store").get("bad") is None
