@@ -273,7 +273,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             broker = stack.enter_context(EmbeddedKafka())
             bootstrap = broker.bootstrap_servers
             internal = set(topology.internal_topics())
-            for topic in topology.source_topics():
+            for topic in [*topology.source_topics(), *topology.global_topics()]:
                 if topic not in internal:
                     broker.create_topic(topic, 1)
             log.info("embedded_broker_started", bootstrap_servers=bootstrap)

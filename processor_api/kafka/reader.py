@@ -2,8 +2,9 @@
 
 :class:`PartitionReader` is used by every bounded read of the runtime: the tasks (their planned
 input ranges), the Spark source, the changelog restore, the commit-marker reader and
-``read-store``. A range ends when a record at or past ``end`` arrives, when the consumer's
-position reaches ``end`` (offsets taken by transaction markers, aborted records under
+``read-store``; :func:`read_to_end` reads several partitions to their current end (global
+stores). A range ends when a record at or past ``end`` arrives, when the consumer's position
+reaches ``end`` (offsets taken by transaction markers, aborted records under
 ``read_committed`` or compacted-away records are skipped by the broker and never delivered, so
 they are not waited for), or when partition-EOF is reported at or past ``end``. No progress for
 ``stall_timeout_s`` raises :class:`~processor_api.errors.SourceReadError` naming topic,
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -96,6 +98,19 @@ class PartitionReader:
             partition,
             start,
             end,
+            batch_size=self.batch_size,
+            stall_timeout_s=self.stall_timeout_s,
+            source=self.bootstrap_servers,
+        )
+
+    def read_to_end(self, starts: Mapping[tuple[str, int], int]) -> Iterator[PartitionBatch]:
+        """Read every partition of ``starts`` from its start offset to its current end
+        (see :func:`read_to_end`)."""
+        if self._consumer is None:
+            raise RuntimeError("the partition reader is closed")
+        return read_to_end(
+            self._consumer,
+            starts,
             batch_size=self.batch_size,
             stall_timeout_s=self.stall_timeout_s,
             source=self.bootstrap_servers,
@@ -203,6 +218,95 @@ def _read_bounded(
                 )
     finally:
         try:
+            consumer.unassign()
+        except KafkaException:
+            pass
+
+
+@dataclass(frozen=True)
+class PartitionBatch:
+    """Messages of one partition read by :func:`read_to_end`, in offset order; ``end`` is
+    set (the partition's end offset) once the partition is read to its end."""
+
+    topic: str
+    partition: int
+    messages: list[Any]
+    end: int | None = None
+
+
+def read_to_end(
+    consumer: Consumer,
+    starts: Mapping[tuple[str, int], int],
+    *,
+    batch_size: int = 10_000,
+    stall_timeout_s: float = 60.0,
+    source: str = "",
+) -> Iterator[PartitionBatch]:
+    """Read every partition of ``starts`` from its start offset to its current end.
+
+    The end is where the consumer reports partition EOF: the high watermark, or the last
+    stable offset under ``read_committed``, when the fetch reaches it (offsets of transaction
+    markers and compacted records on the way are skipped). All partitions are read at once
+    with one assignment; the consumer is unassigned afterwards and may be reused. A partition
+    that neither delivers nor reaches its end for ``stall_timeout_s`` raises
+    :class:`~processor_api.errors.SourceReadError`.
+    """
+    if not starts:
+        return
+    positions = dict(starts)
+    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in positions.items()])
+    pending = set(positions)
+    last_progress = time.monotonic()
+    try:
+        while pending:
+            grouped: dict[tuple[str, int], list[Any]] = {}
+            ended: dict[tuple[str, int], int] = {}
+            for message in consumer.consume(num_messages=batch_size, timeout=0.01):
+                key = (message.topic(), message.partition())
+                if key not in pending:
+                    continue
+                error = message.error()
+                if error is None:
+                    offset = message.offset()
+                    if offset >= positions[key]:
+                        grouped.setdefault(key, []).append(message)
+                        positions[key] = offset + 1
+                    continue
+                code = error.code()
+                if code == KafkaError._PARTITION_EOF:
+                    ended[key] = max(int(message.offset()), positions[key])
+                elif error.fatal() or code in _FATAL_CODES:
+                    raise SourceReadError(
+                        f"reading to the end failed: {error.str()}",
+                        topic=key[0],
+                        partition=key[1],
+                        offset=positions[key],
+                    )
+                else:
+                    _log.debug(
+                        "read_transient_error", topic=key[0], partition=key[1], error=error.str()
+                    )
+            for key in grouped.keys() | ended.keys():
+                end = ended.get(key)
+                yield PartitionBatch(key[0], key[1], grouped.get(key, []), end)
+                if end is not None:
+                    pending.discard(key)
+                    consumer.pause([TopicPartition(key[0], key[1])])
+            if grouped or ended:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                topic, partition = min(pending)
+                raise SourceReadError(
+                    f"neither a record nor the end of the partition arrived within "
+                    f"{stall_timeout_s:g}s{' from ' + source if source else ''}",
+                    topic=topic,
+                    partition=partition,
+                    offset=positions[(topic, partition)],
+                )
+    finally:
+        try:
+            # a paused partition stays paused when it is assigned again: resume first
+            consumer.resume([TopicPartition(t, p) for t, p in positions])
             consumer.unassign()
         except KafkaException:
             pass

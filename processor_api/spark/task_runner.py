@@ -31,9 +31,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
 from processor_api.config import StreamsConfig
+from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.metadata import CommitState, TaskMetadata
 from processor_api.engine.records import InputRecord
 from processor_api.engine.task import Task
@@ -42,7 +41,9 @@ from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
 from processor_api.logging import get_logger
+from processor_api.spark.global_stores import GlobalStores
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
+from processor_api.spark.input_records import read_ranges
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
@@ -103,6 +104,7 @@ class TaskRunner:
         self._changelog_positions: dict[str, int] = {}
         self._batch_open = False
         self._last_batch_end: float | None = None
+        self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
         self.inits = 0
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
@@ -137,6 +139,8 @@ class TaskRunner:
         processed_before = task.records_processed
         try:
             self._open_batch()
+            if self._global is not None:
+                self._global.before_batch(collector.send)
             task.process_batch(self._read(ranges))
             task.maybe_punctuate_wall_clock()
             changelog_count = self._produce_changelogs(task, collector)
@@ -236,14 +240,18 @@ class TaskRunner:
         builders = {
             name: self.topology.store_builders[name] for name in self.subtopology.store_names
         }
+        sources = self.subtopology.source_changelogs  # read-only stores: their source topic
         stores = TaskStores(
             application_id=self.app_id,
             task_id=self.task_id,
             partition=self.partition,
             directory=self.directory,
             builders=builders,
-            changelog_topics={name: changelog_topic(self.app_id, name) for name in builders},
+            changelog_topics={
+                n: sources.get(n) or changelog_topic(self.app_id, n) for n in builders
+            },
             timestamp_fn=lambda: 0,
+            source_changelogs=frozenset(sources),
         )
         collector = KafkaCollector(
             self._guarantee.producer, self.spec.bootstrap_servers, kafka=self.spec.kafka
@@ -256,10 +264,13 @@ class TaskRunner:
             collector=collector,
             config=self.config,
             metadata=metadata,
+            global_task=self._global_task(),
         )
         self._task, self._stores, self._collector = task, stores, collector
         try:
-            restored = stores.restore(metadata.changelog_offsets, self._replay_changelog)
+            committed = {**metadata.changelog_offsets,
+                         **{n: metadata.input_positions.get(t, 0) for n, t in sources.items()}}  # fmt: skip
+            restored = stores.restore(committed, self._replay_changelog)
             task.stores.update(stores.stacks)  # a repaired store is a new instance
             task.initialize()
         except BaseException:
@@ -270,6 +281,15 @@ class TaskRunner:
         self._changelog_positions = dict(metadata.changelog_offsets)
         self._committed_json = metadata.to_json()
         return sum(restored.values())
+
+    def _global_task(self) -> GlobalTask | None:
+        """This host's global stores, opened and restored before any task is built."""
+        if self._global is None and self.topology.global_stores():
+            self._global = GlobalStores.restored(
+                self.topology, self.directory / "global", self.spec, self.config,
+                isolation_level=self._guarantee.isolation_level, role=f"global-{self.task_id}",
+            )  # fmt: skip
+        return None if self._global is None else self._global.task
 
     def _replay_changelog(
         self,
@@ -304,28 +324,7 @@ class TaskRunner:
                 fetch=LARGE_FETCH,
                 kafka=self.spec.kafka,
             )
-        read = self._reader.read
-        records: list[InputRecord] = []
-        append = records.append
-        not_available = TIMESTAMP_NOT_AVAILABLE
-        for planned in ranges:
-            topic, partition = planned.topic, planned.partition
-            for messages in read(topic, partition, planned.start, planned.end):
-                for message in messages:
-                    kind, timestamp = message.timestamp()
-                    headers = message.headers()
-                    append(
-                        InputRecord(
-                            topic,
-                            partition,
-                            message.offset(),
-                            -1 if kind == not_available else timestamp,
-                            message.key(),
-                            message.value(),
-                            () if headers is None else tuple(headers),
-                        )
-                    )
-        return records
+        return read_ranges(self._reader, ranges)
 
     @staticmethod
     def _input_offsets(ranges: list[InputRange]) -> dict[tuple[str, int], int]:
@@ -357,6 +356,10 @@ class TaskRunner:
             if key in acked:
                 positions[store_name] = acked[key]
             positions.setdefault(store_name, 0)
+        if self.subtopology.source_changelogs:  # read-only stores hold their input up to here
+            inputs = task.metadata().input_positions
+            for store_name, topic in self.subtopology.source_changelogs.items():
+                positions[store_name] = inputs.get(topic, 0)
         return positions
 
     # --------------------------------------------------------------- lifetime
@@ -380,6 +383,9 @@ class TaskRunner:
             self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()
+            if self._global is not None:
+                self._global.close()
+                self._global = None
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None

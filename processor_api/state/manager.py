@@ -68,6 +68,7 @@ class TaskStores:
         builders: Mapping[str, StoreBuilder],
         changelog_topics: Mapping[str, str],
         timestamp_fn: Callable[[], int],
+        source_changelogs: frozenset[str] = frozenset(),
     ) -> None:
         self.application_id = application_id
         self.task_id = task_id
@@ -76,6 +77,8 @@ class TaskStores:
         self.checkpoint_path = directory / ".checkpoint"
         self._builders = dict(builders)
         self._changelog_topics = dict(changelog_topics)
+        # Read-only state stores: not logged, their changelog is their source topic.
+        self._source_changelogs = source_changelogs
         self._timestamp_fn = timestamp_fn
         self.stacks: dict[str, StoreStack] = {}
         self.buffers: dict[str, BatchBufferBytesStore] = {}
@@ -112,7 +115,7 @@ class TaskStores:
         checkpoint = read_checkpoint(self.checkpoint_path)
         positions: dict[str, int | None] = {}
         for name, builder in self._builders.items():
-            if not builder.logging_enabled:
+            if not self._restorable(name):
                 continue
             if builder.persistent:
                 topic = self._changelog_topics[name]
@@ -122,6 +125,9 @@ class TaskStores:
                 position = entry[1] if entry is not None else 0
                 positions[name] = position if position >= 0 else None
         return positions
+
+    def _restorable(self, name: str) -> bool:
+        return self._builders[name].logging_enabled or name in self._source_changelogs
 
     def restore(self, committed: Mapping[str, int], reader: ChangelogReader) -> dict[str, int]:
         """Bring every logged store in line with the committed changelog offsets.
@@ -187,8 +193,10 @@ class TaskStores:
         builder = self._builders[name]
         write = builder.restore_writer(raw)
 
+        skip_null_keys = name in self._source_changelogs  # a source topic may hold them
+
         def apply(batch: list) -> None:
-            write(batch)
+            write([r for r in batch if r[0] is not None] if skip_null_keys else batch)
 
         if builder.changelog_has_versions:
             # Versioned stores: the record timestamp is the version, so replay needs it.
@@ -228,7 +236,7 @@ class TaskStores:
         offsets = {}
         for name, position in positions.items():
             builder = self._builders.get(name)
-            if builder is None or not builder.logging_enabled:
+            if builder is None or not self._restorable(name):
                 continue
             if builder.persistent:
                 offsets[(self._changelog_topics[name], self.partition)] = position

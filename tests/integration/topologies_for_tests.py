@@ -123,3 +123,53 @@ def build_echo(*, input_topic: str = "echo-input", output_topic: str = "echo-out
         .add_source("in", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string())
         .add_sink("out", output_topic, "in", key_serde=Serdes.string(), value_serde=Serdes.string())
     )
+
+
+class PutLatest(Processor):
+    """The processor of a read-only state store: the latest value of each key."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: ProcessorContext) -> None:
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is not None:
+            self.store.put(record.key, record.value)
+
+
+class LookUp(Processor):
+    """Forwards each record with the value its key has in a store: ``"<value>@<looked up>"``."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record.with_value(f"{record.value}@{self.store.get(record.key)}"))
+
+
+def build_read_only_lookup(
+    prices_topic: str = "prices", orders_topic: str = "orders", output_topic: str = "priced"
+) -> Topology:
+    """A read-only state store ``prices`` fed by ``prices_topic``, looked up by the orders of
+    the same key (the two topics are co-partitioned: one task per partition holds both)."""
+    string = Serdes.string()
+    prices = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("prices"), string, string
+    )
+    return (
+        Topology()
+        .add_read_only_state_store(
+            prices, "prices-source", string, string, prices_topic, "prices-updater",
+            lambda: PutLatest("prices"),
+        )
+        .add_source("orders", orders_topic, key_serde=string, value_serde=string)
+        .add_processor("lookup", lambda: LookUp("prices"), "orders")
+        .connect_processor_and_state_stores("lookup", "prices")
+        .add_sink("priced", output_topic, "lookup", key_serde=string, value_serde=string)
+    )  # fmt: skip
