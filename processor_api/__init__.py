@@ -26,6 +26,7 @@ from processor_api.processor import (
     Record,
     RecordMetadata,
 )
+from processor_api.restore_listener import StateRestoreListener
 from processor_api.serdes import Serde, Serdes, SerializationError
 from processor_api.state import (
     PUT_RETURN_CODE_NOT_PUT,
@@ -81,6 +82,7 @@ __all__ = [
     "TopologyError",
     "SessionStore",
     "SessionWindow",
+    "StateRestoreListener",
     "TimeWindow",
     "TimestampedKeyValueStore",
     "TimestampedWindowStore",

@@ -328,12 +328,14 @@ def read_changelog(
     isolation_level: str = "read_committed",
     with_timestamps: bool = False,
     kafka: KafkaClientConfig | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> int:
     """Replay offsets ``[start, end)`` of one changelog partition into ``apply_batch``.
 
     Records are handed over in batches (bulk store writes) of ``(key, value)``, or of
     ``(key, value, timestamp)`` with ``with_timestamps`` (versioned stores); progress is
-    logged every few seconds with the record count and rate. Returns how many were replayed.
+    logged every few seconds with the record count and rate, and ``on_batch(next_offset,
+    records)`` is called after each batch is applied. Returns how many were replayed.
     """
     if end <= start:
         return 0
@@ -355,6 +357,8 @@ def read_changelog(
             else:
                 apply_batch([(m.key(), m.value()) for m in messages])
             count += len(messages)
+            if on_batch is not None and messages:
+                on_batch(messages[-1].offset() + 1, len(messages))
             now = time.monotonic()
             if now - last_report >= PROGRESS_EVERY_S:
                 _log.info(

@@ -41,6 +41,7 @@ from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
 from processor_api.logging import get_logger
+from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
 from processor_api.spark.global_stores import GlobalStores
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.input_records import read_ranges
@@ -86,6 +87,7 @@ class TaskRunner:
         self.task_id = task_id
         self.config = StreamsConfig.from_dict(spec.config)
         self.app_id = self.config.application_id
+        self._listener: StateRestoreListener | None = None
         sub_id, self.partition = parse_task_id(task_id)
         subtopology = {sub.id: sub for sub in topology.subtopologies()}.get(sub_id)
         if subtopology is None:
@@ -270,7 +272,7 @@ class TaskRunner:
         try:
             committed = {**metadata.changelog_offsets,
                          **{n: metadata.input_positions.get(t, 0) for n, t in sources.items()}}  # fmt: skip
-            restored = stores.restore(committed, self._replay_changelog)
+            restored = stores.restore(committed, self._replay_changelog, self._restore_listener())
             task.stores.update(stores.stacks)  # a repaired store is a new instance
             task.initialize()
         except BaseException:
@@ -281,6 +283,12 @@ class TaskRunner:
         self._changelog_positions = dict(metadata.changelog_offsets)
         self._committed_json = metadata.to_json()
         return sum(restored.values())
+
+    def _restore_listener(self) -> StateRestoreListener | None:
+        """The configured ``state.restore.listener``, made once per task runner."""
+        if self._listener is None:
+            self._listener = resolve_restore_listener(self.config.state_restore_listener)
+        return self._listener
 
     def _global_task(self) -> GlobalTask | None:
         """This host's global stores, opened and restored before any task is built."""
@@ -299,6 +307,7 @@ class TaskRunner:
         end: int,
         apply: Any,
         with_timestamps: bool = False,
+        on_batch: Any = None,
     ) -> int:
         return read_changelog(
             self.spec.bootstrap_servers,
@@ -310,6 +319,7 @@ class TaskRunner:
             isolation_level=self._guarantee.isolation_level,
             with_timestamps=with_timestamps,
             kafka=self.spec.kafka,
+            on_batch=on_batch,
         )
 
     def _read(self, ranges: list[InputRange]) -> list[InputRecord]:
