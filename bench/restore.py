@@ -32,7 +32,8 @@ TOPIC = f"{APP}-{STORE}-changelog"
 _LONG = struct.Struct(">q")
 
 
-def produce_changelog(bootstrap: str, entries: int) -> dict[str, Any]:
+def produce_changelog(bootstrap: str, entries: int, topic: str = TOPIC) -> dict[str, Any]:
+    """``entries`` distinct keys ``key-<i>`` with long values ``i`` on partition 0 of ``topic``."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -50,7 +51,7 @@ def produce_changelog(bootstrap: str, entries: int) -> dict[str, Any]:
         while True:
             try:
                 producer.produce(
-                    TOPIC,
+                    topic,
                     _LONG.pack(i),
                     b"key-%07d" % i,
                     partition=0,

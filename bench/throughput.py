@@ -102,6 +102,10 @@ def processor_api_cmd(
     ]
 
 
+#: The same count per key and one-minute tumbling window in a window store (RocksDB segments):
+#: a windowed aggregation end to end, next to the key-value count.
+WINDOWED = "processor_api windowed count"
+
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
 BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
@@ -198,6 +202,24 @@ def engine_cmd(bootstrap: str, topic: str, records: int) -> list[str]:
 
 def tws_env() -> dict[str, str]:
     return {"PYTHONPATH": f"{TWS_EXTRA}:{REPO_DIR}"}
+
+
+def _verify_windowed(bootstrap: str, topic: str, app_id: str) -> dict[str, Any]:
+    """Keys and total count of the windowed run, read from its committed changelog."""
+    from processor_api import read_store
+
+    keys, total, windows = set(), 0, 0
+    for entry in read_store(
+        bootstrap,
+        app_id,
+        "topologies.count_per_key:build_topology",
+        "counts",
+        topology_kwargs={"input_topic": topic, "windowed": True},
+    ):
+        keys.add(entry.key.key)
+        total += entry.value
+        windows += 1
+    return {"keys": len(keys), "sum_counts": total, "windows": windows}
 
 
 def _verify_processor_api(state_dir: str, app_id: str, records: int) -> dict[str, Any]:
@@ -307,6 +329,7 @@ def contenders(
             JVM_DEFAULTS: "processor_api_jvm_defaults",
             LOCAL3: "processor_api_local3",
             NO_WSCG: "processor_api_no_wscg",
+            WINDOWED: "processor_api_windowed",
         }[name]
         if name == BEFORE:
             cmd, env, cwd = (
@@ -333,7 +356,10 @@ def contenders(
         metrics: dict[str, Any] = {}
         error = None
         if code == 0:
-            metrics = _verify_processor_api(state_dir, app_id, records)
+            if name == WINDOWED:
+                metrics = _verify_windowed(bootstrap, topic, app_id)
+            else:
+                metrics = _verify_processor_api(state_dir, app_id, records)
             metrics.update(_phase_times(log_path, started_epoch))
             metrics["memory"] = memory
             if metrics["sum_counts"] != records or metrics["keys"] != KEYS:
@@ -440,6 +466,7 @@ def contenders(
         ),
         LOCAL3: lambda rep: processor_api(rep, LOCAL3, ("--master", "local[3]")),
         NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
+        WINDOWED: lambda rep: processor_api(rep, WINDOWED, ("--topology-arg", "windowed=true")),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)

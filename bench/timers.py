@@ -101,26 +101,16 @@ def build_topology(
 
 def _read_json(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     from processor_api.kafka.offsets import end_offsets
-    from processor_api.kafka.reader import bounded_consumer
+    from processor_api.kafka.reader import PartitionReader
 
     ends = end_offsets(bootstrap, [(topic, p) for p in range(3)])
-    consumer = bounded_consumer(
-        bootstrap, f"bench-timers-{uuid.uuid4().hex[:6]}", isolation_level="read_uncommitted"
-    )
     out: list[dict[str, Any]] = []
-    try:
-        from confluent_kafka import TopicPartition
-
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
-        remaining = sum(ends.values())
-        deadline = time.monotonic() + 60
-        while remaining > 0 and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 0.5):
-                if message.error() is None:
-                    out.append(json.loads(message.value()))
-                    remaining -= 1
-    finally:
-        consumer.close()
+    with PartitionReader(
+        bootstrap, f"bench-timers-{uuid.uuid4().hex[:6]}", isolation_level="read_uncommitted"
+    ) as reader:
+        for (_, partition), end in sorted(ends.items()):
+            for messages in reader.read(topic, partition, 0, end):
+                out.extend(json.loads(m.value()) for m in messages)
     return out
 
 

@@ -26,6 +26,7 @@ from processor_api.processor import (
     Record,
     RecordMetadata,
 )
+from processor_api.restore_listener import StateRestoreListener
 from processor_api.serdes import Serde, Serdes, SerializationError
 from processor_api.state import (
     PUT_RETURN_CODE_NOT_PUT,
@@ -46,6 +47,7 @@ from processor_api.state import (
     WindowStore,
     WindowStoreIterator,
 )
+from processor_api.store_queries import read_store
 from processor_api.topology import Topology
 from processor_api.topology_description import TopologyDescription
 
@@ -80,6 +82,7 @@ __all__ = [
     "TopologyError",
     "SessionStore",
     "SessionWindow",
+    "StateRestoreListener",
     "TimeWindow",
     "TimestampedKeyValueStore",
     "TimestampedWindowStore",
@@ -89,4 +92,5 @@ __all__ = [
     "WindowStore",
     "WindowStoreIterator",
     "Windowed",
+    "read_store",
 ]

@@ -49,6 +49,47 @@ def _topology_arg(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def add_topology_and_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--topology-arg``, ``--kafka-config`` and ``--kafka-config-file`` (also ``read-store``)."""
+    parser.add_argument(
+        "--topology-arg",
+        type=_topology_arg,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keyword argument for FUNCTION (JSON value)",
+    )
+    parser.add_argument(
+        "--kafka-config",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Kafka client setting for every client, e.g. security.protocol=SASL_SSL; "
+        "prefix consumer., producer. or admin. for one kind of client (repeatable, wins over "
+        "--kafka-config-file)",
+    )
+    parser.add_argument(
+        "--kafka-config-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="Kafka client settings in Java properties format (client.properties)",
+    )
+
+
+def kafka_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Kafka client settings of ``--kafka-config-file`` and ``--kafka-config``, checked."""
+    from processor_api.kafka.client_config import KafkaClientConfig, read_properties
+
+    kafka: dict[str, Any] = {}
+    for path in args.kafka_config_file:
+        kafka.update(read_properties(path))
+    kafka.update(dict(args.kafka_config))
+    KafkaClientConfig.from_dict(kafka)  # unknown settings and bad values: ConfigError
+    return kafka
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run-topology",
@@ -105,31 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="runtime settings, e.g. processing.exception.handler=log_and_continue",
     )
-    parser.add_argument(
-        "--topology-arg",
-        type=_topology_arg,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="keyword argument for FUNCTION (JSON value)",
-    )
-    parser.add_argument(
-        "--kafka-config",
-        type=_key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Kafka client setting for every client of the run, e.g. security.protocol=SASL_SSL; "
-        "prefix consumer., producer. or admin. for one kind of client (repeatable, wins over "
-        "--kafka-config-file)",
-    )
-    parser.add_argument(
-        "--kafka-config-file",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="Kafka client settings in Java properties format (client.properties)",
-    )
+    add_topology_and_kafka_arguments(parser)
     parser.add_argument(
         "--spark-conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
     )
@@ -209,7 +226,6 @@ def _check_arguments(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     Returns the ``--config`` dict and the merged Kafka client settings.
     """
     from processor_api.config import StreamsConfig, canonical_key
-    from processor_api.kafka.client_config import KafkaClientConfig, read_properties
 
     config = dict(args.config)
     StreamsConfig.from_dict(config)  # unknown keys and bad values: ConfigError, exit 2
@@ -224,12 +240,7 @@ def _check_arguments(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
                 continue
             raise ConfigError(f"--config {key}={given} contradicts {flag} {value}")
     config = {k: v for k, v in config.items() if canonical_key(k) != "application_id"}
-    kafka: dict[str, Any] = {}
-    for path in args.kafka_config_file:
-        kafka.update(read_properties(path))
-    kafka.update(dict(args.kafka_config))
-    KafkaClientConfig.from_dict(kafka)  # unknown settings and bad values: ConfigError
-    return config, kafka
+    return config, kafka_settings(args)
 
 
 def _run(args: argparse.Namespace, log: Any) -> int:
@@ -262,7 +273,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             broker = stack.enter_context(EmbeddedKafka())
             bootstrap = broker.bootstrap_servers
             internal = set(topology.internal_topics())
-            for topic in topology.source_topics():
+            for topic in [*topology.source_topics(), *topology.global_topics()]:
                 if topic not in internal:
                     broker.create_topic(topic, 1)
             log.info("embedded_broker_started", bootstrap_servers=bootstrap)

@@ -15,6 +15,7 @@ from typing import Any
 
 from processor_api.errors import ConfigError
 from processor_api.handlers import resolve_handler
+from processor_api.restore_listener import resolve_restore_listener
 
 HANDLERS = ("log_and_fail", "log_and_continue")  # built-ins; "module:callable" names others
 HANDLER_KEYS = (
@@ -113,6 +114,8 @@ class StreamsConfig:
     processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
     max_task_idle_ms: int = 0
     stream_time_idle_advance_ms: int | None = None
+    #: ``MODULE:CALLABLE`` returning a :class:`~processor_api.restore_listener.StateRestoreListener`
+    state_restore_listener: Any = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -140,6 +143,7 @@ class StreamsConfig:
     def validate(self) -> None:
         for name in HANDLER_KEYS:
             resolve_handler(name, getattr(self, name))  # ConfigError naming key and value
+        resolve_restore_listener(self.state_restore_listener)  # ConfigError naming the key
         if self.processing_guarantee not in GUARANTEES:
             raise ConfigError(
                 f"processing_guarantee must be one of {GUARANTEES}, "

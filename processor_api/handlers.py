@@ -202,11 +202,19 @@ def resolve_handler(key: str, value: str | ExceptionHandler) -> ExceptionHandler
     built_in = BUILT_IN_HANDLERS.get(value.strip())
     if built_in is not None:
         return built_in
+    return import_callable(key, value, "log_and_fail, log_and_continue or MODULE:CALLABLE")
+
+
+def import_callable(key: str, value: str, expected: str = "MODULE:CALLABLE") -> Any:
+    """The callable ``"module:attribute"`` names (attribute may be dotted).
+
+    Raises ``ConfigError`` naming the setting ``key`` and ``value`` (``expected`` says what
+    the setting takes) when the module does not import or the attribute is missing or not
+    callable.
+    """
     module_name, sep, attribute = value.strip().partition(":")
     if not sep or not module_name or not attribute:
-        raise ConfigError(
-            f"{key} must be log_and_fail, log_and_continue or MODULE:CALLABLE, got {value!r}"
-        )
+        raise ConfigError(f"{key} must be {expected}, got {value!r}")
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:

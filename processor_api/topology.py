@@ -2,121 +2,50 @@
 
 Nodes are added in order; each processor names existing parents, so every processor has a
 path from a source. A sub-topology is a connected component of the DAG, where processors
-sharing a state store count as connected; components are numbered by their first-added node.
+sharing a state store count as connected; components are numbered by their first-added node,
+global stores included (each takes a number but generates no task, as in Kafka Streams).
 A topic written by a sink and read by a source of the same topology is an *internal*
 (repartition) topic: records cross sub-topologies through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
+from processor_api import topology_grouping as grouping
 from processor_api.errors import TopologyError
-from processor_api.processor import Processor, Record
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.builder import StoreBuilder
+from processor_api.topology_description import TopologyDescription
+from processor_api.topology_nodes import (
+    OFFSET_RESET_POLICIES,
+    GlobalStoreNode,
+    Node,
+    ProcessorNode,
+    SinkNode,
+    SourceNode,
+    StreamPartitioner,
+    SubTopology,
+    TimestampExtractor,
+    TopicNameExtractor,
+    as_deserializer,
+    global_store_node,
+    supplier_of,
+)
 
-if TYPE_CHECKING:
-    from processor_api.topology_description import TopologyDescription
-
-TimestampExtractor = Callable[[Record, int], int]
-"""``extractor(record, partition_time) -> timestamp``: record carries the Kafka timestamp."""
-
-StreamPartitioner = Callable[[str, Any, Any, int], "int | None"]
-"""``partitioner(topic, key, value, num_partitions) -> partition`` (None: default partitioning)."""
-
-TopicNameExtractor = Callable[[Record], str]
-
-OFFSET_RESET_POLICIES = ("earliest", "latest")
-
-
-@dataclass
-class SourceNode:
-    name: str
-    topics: tuple[str, ...]
-    key_serde: Serde
-    value_serde: Serde
-    timestamp_extractor: TimestampExtractor | None
-    offset_reset: str
-    children: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ProcessorNode:
-    name: str
-    supplier: Callable[[], Processor]
-    parents: tuple[str, ...]
-    stores: list[str] = field(default_factory=list)
-    children: list[str] = field(default_factory=list)
-
-
-@dataclass
-class SinkNode:
-    name: str
-    topic: str | None
-    topic_extractor: TopicNameExtractor | None
-    parents: tuple[str, ...]
-    key_serde: Serde
-    value_serde: Serde
-    partitioner: StreamPartitioner | None
-
-    def topic_for(self, record: Record) -> str:
-        """The topic this record goes to."""
-        if self.topic is not None:
-            return self.topic
-        assert self.topic_extractor is not None
-        topic = self.topic_extractor(record)
-        if not isinstance(topic, str) or not topic:
-            raise TopologyError(
-                f"topic extractor of sink {self.name!r} returned {topic!r}, expected a topic name"
-            )
-        return topic
-
-
-Node = SourceNode | ProcessorNode | SinkNode
-
-
-@dataclass
-class SubTopology:
-    """One connected component of the topology: the unit a task runs."""
-
-    id: int
-    node_names: tuple[str, ...]  # insertion order, which is a topological order
-    sources: tuple[SourceNode, ...]
-    processors: tuple[ProcessorNode, ...]
-    sinks: tuple[SinkNode, ...]
-    store_names: tuple[str, ...]
-
-    @property
-    def source_topics(self) -> tuple[str, ...]:
-        return tuple(t for source in self.sources for t in source.topics)
-
-    @property
-    def sink_topics(self) -> tuple[str, ...]:
-        return tuple(sink.topic for sink in self.sinks if sink.topic is not None)
-
-    def task_id(self, partition: int) -> str:
-        return f"{self.id}_{partition}"
-
-
-def _supplier_of(name: str, supplier: Any) -> Callable[[], Processor]:
-    if isinstance(supplier, Processor):
-        raise TopologyError(
-            f"processor {name!r}: pass a Processor class or a zero-argument factory, not an "
-            "instance (each task needs its own processor objects)"
-        )
-    if not callable(supplier):
-        raise TopologyError(f"processor {name!r}: supplier {supplier!r} is not callable")
-    return supplier
+__all__ = [  # the node types are re-exported: they were first defined here
+    "OFFSET_RESET_POLICIES", "GlobalStoreNode", "Node", "ProcessorNode", "SinkNode", "SourceNode",
+    "StreamPartitioner", "SubTopology", "TimestampExtractor", "TopicNameExtractor", "Topology",
+    "TopologyDescription",
+]  # fmt: skip
 
 
 class Topology:
     """A DAG of sources, processors, state stores and sinks (Kafka Streams' ``Topology``).
 
     Every ``add_*`` method validates its arguments, raises :class:`TopologyError` naming the
-    node at fault, and returns the topology so calls can be chained.
+    node, store or topic at fault, and returns the topology so calls can be chained.
     """
 
     def __init__(self) -> None:
@@ -124,6 +53,9 @@ class Topology:
         self._stores: dict[str, StoreBuilder] = {}
         self._store_users: dict[str, list[str]] = {}
         self._topic_to_source: dict[str, str] = {}
+        self._global: dict[str, GlobalStoreNode] = {}  # by store name
+        self._source_changelogs: dict[str, str] = {}  # read-only store -> its source topic
+        self._order: dict[str, int] = {}  # every node name, global ones too -> add order
 
     # ----------------------------------------------------------------- building
     def add_source(
@@ -140,13 +72,7 @@ class Topology:
         if not topics:
             raise TopologyError(f"source {name!r} must read at least one topic")
         for topic in topics:
-            if not isinstance(topic, str) or not topic:
-                raise TopologyError(f"source {name!r}: invalid topic name {topic!r}")
-            if topic in self._topic_to_source:
-                raise TopologyError(
-                    f"topic {topic!r} of source {name!r} is already read by source "
-                    f"{self._topic_to_source[topic]!r}"
-                )
+            self._check_topic_free(name, topic)
         if len(set(topics)) != len(topics):
             raise TopologyError(f"source {name!r} lists a topic twice: {list(topics)}")
         if offset_reset not in OFFSET_RESET_POLICIES:
@@ -156,13 +82,15 @@ class Topology:
             )
         for topic in topics:
             self._topic_to_source[topic] = name
-        self._nodes[name] = SourceNode(
-            name=name,
-            topics=tuple(topics),
-            key_serde=key_serde or Serdes.bytes(),
-            value_serde=value_serde or Serdes.bytes(),
-            timestamp_extractor=timestamp_extractor,
-            offset_reset=offset_reset,
+        self._add_node(
+            SourceNode(
+                name=name,
+                topics=tuple(topics),
+                key_serde=key_serde or Serdes.bytes(),
+                value_serde=value_serde or Serdes.bytes(),
+                timestamp_extractor=timestamp_extractor,
+                offset_reset=offset_reset,
+            )
         )
         return self
 
@@ -175,23 +103,122 @@ class Topology:
                 "processor, or it would never receive records"
             )
         self._check_parents(name, parent_names)
-        self._nodes[name] = ProcessorNode(name, _supplier_of(name, supplier), tuple(parent_names))
+        self._add_node(ProcessorNode(name, supplier_of(name, supplier), tuple(parent_names)))
         for parent in parent_names:
             self._parent(parent).children.append(name)
         return self
 
     def add_state_store(self, builder: StoreBuilder, *processor_names: str) -> Topology:
-        """Add a store and connect it to ``processor_names`` (which must exist already)."""
+        """Add a store and connect it to ``processor_names`` (which must exist already).
+
+        Adding the same builder again connects the store to more processors, as in Kafka
+        Streams; another builder with an already added store's name is an error.
+        """
         if not isinstance(builder, StoreBuilder):
             raise TopologyError(f"add_state_store expects a StoreBuilder, got {builder!r}")
         store_name = builder.name
-        if store_name in self._stores:
-            raise TopologyError(f"state store {store_name!r} is already added")
-        self._stores[store_name] = builder
-        self._store_users[store_name] = []
-        if processor_names:
-            self._connect_many(processor_names, store_name)
+        if store_name in self._global:
+            raise TopologyError(f"a global state store named {store_name!r} is already added")
+        known = self._stores.get(store_name)
+        if known is not None and known is not builder:
+            raise TopologyError(
+                f"a different state store builder named {store_name!r} is already added"
+            )
+        if known is None:
+            self._stores[store_name] = builder
+            self._store_users[store_name] = []
+        for processor_name in processor_names:
+            self.connect_processor_and_state_stores(processor_name, store_name)
         return self
+
+    def add_global_store(
+        self,
+        store_builder: StoreBuilder,
+        source_name: str,
+        key_deserializer: Serde | None,
+        value_deserializer: Serde | None,
+        topic: str,
+        processor_name: str,
+        processor_supplier: Any,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> Topology:
+        """Add a global store filled from every partition of ``topic`` (Kafka Streams'
+        ``addGlobalStore``).
+
+        Source ``source_name`` reads ``topic`` with the given deserializers (serdes; None:
+        bytes) and hands each record to processor ``processor_name`` (made by
+        ``processor_supplier``), which keeps the store up to date. The topic is the store's
+        changelog: the builder must have logging disabled. Every task's processors read the
+        store with ``context.get_state_store(name)`` without being connected to it; only the
+        global processor writes it. ``timestamp_extractor`` stamps the records the global
+        processor gets (default: their Kafka timestamp).
+        """
+        store_name = self._check_fed_store("add_global_store", store_builder, source_name,
+                                           processor_name, topic)  # fmt: skip
+        node = global_store_node(
+            store_builder, source_name, key_deserializer, value_deserializer, topic,
+            processor_name, processor_supplier, timestamp_extractor,
+        )  # fmt: skip
+        self._global[store_name] = node
+        self._order[source_name] = len(self._order)
+        self._order[processor_name] = len(self._order)
+        return self
+
+    def add_read_only_state_store(
+        self,
+        store_builder: StoreBuilder,
+        source_name: str,
+        key_deserializer: Serde | None,
+        value_deserializer: Serde | None,
+        topic: str,
+        processor_name: str,
+        processor_supplier: Any,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> Topology:
+        """Add a read-only state store fed by ``topic`` (Kafka Streams' ``addReadOnlyStateStore``).
+
+        Unlike a global store it is an ordinary store of the tasks of its own sub-topology
+        (one per partition of ``topic``): source ``source_name`` (offset reset ``earliest``)
+        hands the records to processor ``processor_name``, which keeps the store up to date.
+        Logging is disabled: the topic is the store's changelog, so after a loss of local
+        state the store is restored from the topic as it is (the processor must store the
+        records' bytes unchanged, as in Kafka Streams); the topic should be compacted.
+        """
+        store_name = self._check_fed_store("add_read_only_state_store", store_builder,
+                                           source_name, processor_name, topic)  # fmt: skip
+        supplier = supplier_of(processor_name, processor_supplier)
+        store_builder.with_logging_disabled()
+        self.add_source(
+            source_name,
+            topic,
+            key_serde=as_deserializer(source_name, "key", key_deserializer),
+            value_serde=as_deserializer(source_name, "value", value_deserializer),
+            timestamp_extractor=timestamp_extractor,
+            offset_reset="earliest",
+        )
+        self.add_processor(processor_name, supplier, source_name)
+        self.add_state_store(store_builder, processor_name)
+        self._source_changelogs[store_name] = topic
+        return self
+
+    def _check_fed_store(
+        self, method: str, builder: Any, source_name: str, processor_name: str, topic: Any
+    ) -> str:
+        """The checks a global or read-only store shares; returns the store name."""
+        if not isinstance(builder, StoreBuilder):
+            raise TopologyError(f"{method} expects a StoreBuilder, got {builder!r}")
+        store_name = builder.name
+        if store_name in self._stores or store_name in self._global:
+            raise TopologyError(f"{method}: a state store named {store_name!r} is already added")
+        for name in (source_name, processor_name):
+            self._check_new_name(name)
+        if source_name == processor_name:
+            raise TopologyError(
+                f"{method} (store {store_name!r}): the source and the processor need different "
+                f"names, both are {source_name!r}"
+            )
+        self._check_topic_free(source_name, topic)
+        return store_name
 
     def connect_processor_and_state_stores(
         self, processor_name: str, *store_names: str
@@ -206,6 +233,11 @@ class Topology:
                 f"cannot connect stores {list(store_names)} to {processor_name!r}: that node {what}"
             )
         for store_name in store_names:
+            if store_name in self._global:
+                raise TopologyError(
+                    f"global state store {store_name!r} can be used by processor "
+                    f"{processor_name!r} without being connected: do not connect it"
+                )
             if store_name not in self._stores:
                 raise TopologyError(
                     f"cannot connect processor {processor_name!r} to state store "
@@ -214,11 +246,6 @@ class Topology:
             if store_name not in node.stores:
                 node.stores.append(store_name)
                 self._store_users[store_name].append(processor_name)
-        return self
-
-    def _connect_many(self, processor_names: Iterable[str], store_name: str) -> Topology:
-        for processor_name in processor_names:
-            self.connect_processor_and_state_stores(processor_name, store_name)
         return self
 
     def add_sink(
@@ -243,36 +270,42 @@ class Topology:
             static_topic, extractor = None, topic
         else:
             raise TopologyError(f"sink {name!r}: topic must be a name or a callable, got {topic!r}")
-        self._nodes[name] = SinkNode(
-            name=name,
-            topic=static_topic,
-            topic_extractor=extractor,
-            parents=tuple(parent_names),
-            key_serde=key_serde or Serdes.bytes(),
-            value_serde=value_serde or Serdes.bytes(),
-            partitioner=partitioner,
+        self._add_node(
+            SinkNode(
+                name=name,
+                topic=static_topic,
+                topic_extractor=extractor,
+                parents=tuple(parent_names),
+                key_serde=key_serde or Serdes.bytes(),
+                value_serde=value_serde or Serdes.bytes(),
+                partitioner=partitioner,
+            )
         )
         for parent in parent_names:
             self._parent(parent).children.append(name)
         return self
 
+    def _add_node(self, node: Node) -> None:
+        self._nodes[node.name] = node
+        self._order[node.name] = len(self._order)
+
     def _check_new_name(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise TopologyError(f"node name must be a non-empty string, got {name!r}")
-        if name in self._nodes:
+        if name in self._order:
             raise TopologyError(f"a node named {name!r} is already added")
 
+    def _check_topic_free(self, source: str, topic: Any) -> None:
+        if not isinstance(topic, str) or not topic:
+            raise TopologyError(f"source {source!r}: invalid topic name {topic!r}")
+        other = self._topic_to_source.get(topic) or self._global_sources().get(topic)
+        if other is not None:
+            raise TopologyError(
+                f"topic {topic!r} of source {source!r} is already read by source {other!r}"
+            )
+
     def _check_parents(self, name: str, parent_names: tuple[str, ...]) -> None:
-        for parent in parent_names:
-            if parent == name:
-                raise TopologyError(f"node {name!r} cannot be its own parent")
-            node = self._nodes.get(parent)
-            if node is None:
-                raise TopologyError(f"parent {parent!r} of node {name!r} is not added yet")
-            if isinstance(node, SinkNode):
-                raise TopologyError(f"sink {parent!r} cannot be the parent of node {name!r}")
-        if len(set(parent_names)) != len(parent_names):
-            raise TopologyError(f"node {name!r} lists a parent twice: {list(parent_names)}")
+        grouping.check_parents(self._nodes, self._order, name, parent_names)
 
     def _parent(self, name: str) -> SourceNode | ProcessorNode:
         node = self._nodes[name]
@@ -282,13 +315,33 @@ class Topology:
     # ---------------------------------------------------------------- queries
     @property
     def nodes(self) -> dict[str, Node]:
+        """The nodes of the sub-topologies (not those of global stores), in add order."""
         return dict(self._nodes)
 
     @property
     def store_builders(self) -> dict[str, StoreBuilder]:
+        """The builders of the tasks' stores (global stores: :attr:`global_store_builders`)."""
         return dict(self._stores)
 
+    @property
+    def global_store_builders(self) -> dict[str, StoreBuilder]:
+        """The builders of the global stores, by store name."""
+        return {name: store.builder for name, store in self._global.items()}
+
+    def global_stores(self) -> list[GlobalStoreNode]:
+        """The global stores with their source, processor and Kafka Streams number."""
+        ids = self._group_ids()
+        return [replace(g, id=ids[g.source.name]) for g in self._global.values()]
+
+    def global_topics(self) -> list[str]:
+        """The topics global stores are filled from."""
+        return list(self._global_sources())
+
+    def _global_sources(self) -> dict[str, str]:
+        return {g.topic: g.source.name for g in self._global.values()}
+
     def source_topics(self) -> list[str]:
+        """The topics the sub-topologies' sources read (global stores' topics excluded)."""
         return list(self._topic_to_source)
 
     def sink_topics(self) -> list[str]:
@@ -302,8 +355,14 @@ class Topology:
         return sorted({t for t in self.sink_topics() if t in read})
 
     def source_node_for_topic(self, topic: str) -> SourceNode | None:
+        """The source reading ``topic``: a sub-topology's, or a global store's."""
         name = self._topic_to_source.get(topic)
-        return None if name is None else self._nodes[name]  # type: ignore[return-value]
+        if name is not None:
+            return self._nodes[name]  # type: ignore[return-value]
+        for store in self._global.values():
+            if store.topic == topic:
+                return store.source
+        return None
 
     def sink_for_topic(self, topic: str) -> SinkNode | None:
         """The first sink writing statically to ``topic`` (for default output serdes)."""
@@ -312,54 +371,26 @@ class Topology:
                 return node
         return None
 
+    def _group_ids(self) -> dict[str, int]:
+        firsts = [
+            group[0] for group in grouping.components(self._nodes, self._store_users.values())
+        ]
+        firsts += [g.source.name for g in self._global.values()]
+        return grouping.group_ids(firsts, self._order)
+
     def subtopologies(self) -> list[SubTopology]:
-        """The connected components, numbered in node-insertion order."""
+        """The connected components that run as tasks, numbered in node-insertion order."""
         self._validate()
-        parent_of: dict[str, str] = {name: name for name in self._nodes}
-
-        def find(name: str) -> str:
-            while parent_of[name] != name:
-                parent_of[name] = parent_of[parent_of[name]]
-                name = parent_of[name]
-            return name
-
-        def union(a: str, b: str) -> None:
-            root_a, root_b = find(a), find(b)
-            if root_a != root_b:
-                parent_of[root_b] = root_a
-
-        for node in self._nodes.values():
-            if isinstance(node, (ProcessorNode, SinkNode)):
-                for parent in node.parents:
-                    union(node.name, parent)
-        for users in self._store_users.values():
-            for other in users[1:]:
-                union(users[0], other)
-
-        groups: dict[str, list[str]] = {}
-        for name in self._nodes:  # dicts keep insertion order
-            groups.setdefault(find(name), []).append(name)
-        result = []
-        for sub_id, names in enumerate(groups.values()):
-            nodes = [self._nodes[n] for n in names]
-            stores: list[str] = []
-            for node in nodes:
-                if isinstance(node, ProcessorNode):
-                    stores.extend(s for s in node.stores if s not in stores)
-            result.append(
-                SubTopology(
-                    id=sub_id,
-                    node_names=tuple(names),
-                    sources=tuple(n for n in nodes if isinstance(n, SourceNode)),
-                    processors=tuple(n for n in nodes if isinstance(n, ProcessorNode)),
-                    sinks=tuple(n for n in nodes if isinstance(n, SinkNode)),
-                    store_names=tuple(stores),
-                )
+        ids = self._group_ids()
+        return [
+            grouping.make_subtopology(
+                ids[names[0]], [self._nodes[n] for n in names], self._source_changelogs
             )
-        return result
+            for names in grouping.components(self._nodes, self._store_users.values())
+        ]
 
     def _validate(self) -> None:
-        if not any(isinstance(n, SourceNode) for n in self._nodes.values()):
+        if not self._global and not any(isinstance(n, SourceNode) for n in self._nodes.values()):
             raise TopologyError("the topology has no source: add_source() first")
         for store_name, users in self._store_users.items():
             if not users:
@@ -367,6 +398,4 @@ class Topology:
 
     def describe(self) -> TopologyDescription:
         """A description whose ``str()`` is Kafka Streams' ``TopologyDescription`` text."""
-        from processor_api.topology_description import TopologyDescription
-
         return TopologyDescription(self)

@@ -1,27 +1,53 @@
-"""``Topology.describe()``: the topology's structure in Kafka Streams' text format."""
+"""``Topology.describe()``: the structure of a topology in Kafka Streams' text format.
+
+Sub-topologies and global stores share one numbering (Kafka Streams numbers its node groups
+by their first-added node); the text lists them by number. Within a sub-topology, nodes are
+listed by decreasing subtree size, then name, as Kafka Streams' ``NodeComparator`` does.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from processor_api.topology import ProcessorNode, SourceNode
+from processor_api.topology_nodes import (
+    GlobalStoreNode,
+    Node,
+    ProcessorNode,
+    SourceNode,
+    SubTopology,
+)
 
 if TYPE_CHECKING:
     from processor_api.topology import Topology
 
+ARROW_DOWN = "\n      --> "
+ARROW_UP = "\n      <-- "
+
 
 class TopologyDescription:
-    """Structure of a :class:`Topology`; ``str()`` gives Kafka Streams' text format."""
+    """Structure of a :class:`Topology`; ``str()`` gives Kafka Streams' text format.
+
+    ``subtopologies`` are the sub-topologies that run as tasks, ``global_stores`` the global
+    stores (each a source and a processor that generate no task).
+    """
 
     def __init__(self, topology: Topology) -> None:
-        self._topology = topology
-        self.subtopologies = topology.subtopologies()
+        self._nodes: Mapping[str, Node] = topology.nodes
+        self.subtopologies: list[SubTopology] = topology.subtopologies()
+        self.global_stores: list[GlobalStoreNode] = topology.global_stores()
 
     def __str__(self) -> str:
-        nodes = self._topology.nodes
-        children = {name: list(getattr(node, "children", [])) for name, node in nodes.items()}
-        parents = {name: list(getattr(node, "parents", ())) for name, node in nodes.items()}
+        blocks: list[tuple[int, str]] = [
+            (sub.id, self._render_subtopology(sub)) for sub in self.subtopologies
+        ]
+        blocks += [(store.id, _render_global_store(store)) for store in self.global_stores]
+        return "Topologies:\n " + "".join(f"  {text}" for _, text in sorted(blocks))
+
+    def _render_subtopology(self, sub: SubTopology) -> str:
+        nodes = self._nodes
+        children = {name: list(getattr(nodes[name], "children", [])) for name in sub.node_names}
+        parents = {name: list(getattr(nodes[name], "parents", ())) for name in sub.node_names}
         size: dict[str, int] = {}
 
         def subtree_size(name: str) -> int:
@@ -39,27 +65,32 @@ class TopologyDescription:
         def render(name: str) -> str:
             node = nodes[name]
             if isinstance(node, SourceNode):
-                return (
-                    f"Source: {name} (topics: [{', '.join(node.topics)}])\n"
-                    f"      --> {names(children[name])}"
+                return f"Source: {name} (topics: [{', '.join(node.topics)}]){ARROW_DOWN}" + names(
+                    children[name]
                 )
             if isinstance(node, ProcessorNode):
                 return (
-                    f"Processor: {name} (stores: [{', '.join(sorted(node.stores))}])\n"
-                    f"      --> {names(children[name])}\n"
-                    f"      <-- {names(parents[name])}"
+                    f"Processor: {name} (stores: [{', '.join(sorted(node.stores))}])"
+                    f"{ARROW_DOWN}{names(children[name])}{ARROW_UP}{names(parents[name])}"
                 )
             if node.topic is not None:
                 target = f"topic: {node.topic}"
             else:
                 target = f"extractor class: {node.topic_extractor!r}"
-            return f"Sink: {name} ({target})\n      <-- {names(parents[name])}"
+            return f"Sink: {name} ({target}){ARROW_UP}{names(parents[name])}"
 
-        out = ["Topologies:\n "]
-        for sub in self.subtopologies:
-            body = "".join(f"    {render(n)}\n" for n in order(sub.node_names))
-            out.append(f"  Sub-topology: {sub.id}\n{body}\n")
-        return "".join(out)
+        body = "".join(f"    {render(n)}\n" for n in order(sub.node_names))
+        return f"Sub-topology: {sub.id}\n{body}\n"
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def _render_global_store(store: GlobalStoreNode) -> str:
+    source, processor = store.source, store.processor
+    return (
+        f"Sub-topology: {store.id} for global store (will not generate tasks)\n"
+        f"    Source: {source.name} (topics: [{store.topic}]){ARROW_DOWN}{processor.name}\n"
+        f"    Processor: {processor.name} (stores: [{store.store_name}])"
+        f"{ARROW_DOWN}none{ARROW_UP}{source.name}\n"
+    )

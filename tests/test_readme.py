@@ -5,7 +5,7 @@
   every ``test_*`` function they define is then called as its own pytest case.
 * Every ```text block preceded by ``<!-- describe: MODULE:FUNCTION -->`` must equal
   ``str(FUNCTION().describe())``.
-* Every ``--flag`` the README mentions is a ``run-topology`` option (or a known other one).
+* Every ``--flag`` the README mentions is a ``run-topology`` or ``read-store`` option.
 
 Needs neither the broker nor Spark.
 """
@@ -82,8 +82,14 @@ def test_printed_describe_output_is_current(reference, printed):
 
 def test_cli_flags_in_readme_exist():
     from processor_api.cli import build_parser
+    from processor_api.read_store_cli import build_parser as build_read_store_parser
 
-    known = {option for action in build_parser()._actions for option in action.option_strings}
+    known = {
+        option
+        for parser in (build_parser(), build_read_store_parser())
+        for action in parser._actions
+        for option in action.option_strings
+    }
     mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", _readme()))
     assert mentioned, "the README mentions no run-topology flag"
     assert sorted(mentioned - known - OTHER_FLAGS) == []

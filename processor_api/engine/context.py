@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from processor_api.engine.read_only import ReadOnlyStoreView
 from processor_api.engine.records import InputRecord
 from processor_api.errors import StoreError
 from processor_api.processor import (
@@ -58,6 +59,7 @@ class ProcessorContextImpl(ProcessorContext):
         self.application_id = task.application_id
         self.task_id = task.task_id
         self.partition = task.partition
+        self._global_views: dict[str, Any] = {}
 
     def forward(self, record: Record, child: str | None = None) -> None:
         """Deliver ``record`` to the children (or ``child``), depth first."""
@@ -85,8 +87,17 @@ class ProcessorContextImpl(ProcessorContext):
         self._task.commit_requested = True
 
     def get_state_store(self, name: str) -> KeyValueStore:
-        """The store ``name``, if it is connected to this processor."""
+        """The store ``name``, if it is connected to this processor, or the read-only view
+        of the global store ``name`` (global stores need no connection)."""
         node = self._node
+        global_task = self._task.global_task
+        if global_task is not None and name in global_task.stores:
+            view = self._global_views.get(name)
+            if view is None:
+                store = global_task.stores[name].store
+                view = ReadOnlyStoreView(store, node.name, global_task.processor_of(name))
+                self._global_views[name] = view
+            return view  # type: ignore[return-value]
         if name not in node.stores:
             known = self._task.stores.keys()
             why = "it is not connected to this processor" if name in known else "no such store"

@@ -27,6 +27,7 @@ from typing import Any
 
 from processor_api.config import StreamsConfig
 from processor_api.engine.context import ProcessorContextImpl, RecordContext
+from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.handlers import ErrorHandling
 from processor_api.engine.idle_time import IdleStreamTime
 from processor_api.engine.metadata import TaskMetadata
@@ -73,6 +74,7 @@ class Task:
         config: StreamsConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         metadata: TaskMetadata | None = None,
+        global_task: GlobalTask | None = None,
     ) -> None:
         self.config = config or StreamsConfig()
         self.application_id = self.config.application_id
@@ -82,6 +84,8 @@ class Task:
         self.collector = collector
         self.clock = clock
         self.commit_requested = False
+        # The global stores its processors read (read-only), kept up to date by the runtime.
+        self.global_task = global_task
         self._log = get_logger("processor_api.task", task=self.task_id)
 
         persisted = metadata or TaskMetadata()

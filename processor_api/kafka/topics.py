@@ -1,6 +1,7 @@
 """Which Kafka topics a topology run needs, with how many partitions, and creating them.
 
-* external source topics must exist (a clear error names the missing ones);
+* external source topics and global stores' topics must exist (a clear error names the
+  missing ones); global topics generate no task and no changelog (they are the changelog);
 * a sub-topology runs one task per partition of its source topics, which must all have the
   same partition count (co-partitioning, as Kafka Streams requires);
 * repartition topics (written and read by the topology) get the partition count of the
@@ -34,6 +35,7 @@ class TopicPlan:
     changelogs: dict[str, TopicSpec]
     outputs_to_create: dict[str, int]
     topic_to_subtopology: dict[str, int] = field(default_factory=dict)
+    global_topics: dict[str, int] = field(default_factory=dict)
 
     @property
     def task_ids(self) -> list[str]:
@@ -70,13 +72,19 @@ def plan_topics(
 ) -> TopicPlan:
     """Work out every topic of the run (reads metadata, creates nothing)."""
     subs = topology.subtopologies()
+    if not subs:
+        raise TopologyError(
+            "the topology has only global stores: no sub-topology reads a topic, so there is "
+            "no task to run; add a source"
+        )
+    global_topics = topology.global_topics()
     internal_names = set(topology.internal_topics())
     external = [t for t in topology.source_topics() if t not in internal_names]
     sink_topics = [t for t in topology.sink_topics() if t not in internal_names]
     existing = _existing_counts(
-        bootstrap_servers, external + sorted(internal_names) + sink_topics, kafka
+        bootstrap_servers, external + sorted(internal_names) + sink_topics + global_topics, kafka
     )
-    missing = [t for t in external if t not in existing]
+    missing = [t for t in external + global_topics if t not in existing]
     if missing:
         raise MissingTopicError(
             f"input topic(s) {', '.join(repr(t) for t in missing)} do not exist on "
@@ -142,6 +150,7 @@ def plan_topics(
         changelogs=changelogs,
         outputs_to_create=outputs,
         topic_to_subtopology={t: sub.id for sub in subs for t in sub.source_topics},
+        global_topics={t: existing[t] for t in global_topics},
     )
 
 

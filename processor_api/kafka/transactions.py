@@ -32,7 +32,7 @@ from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import transactional_id
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DeliveryTracker, make_producer
-from processor_api.kafka.reader import bounded_consumer, read_bounded
+from processor_api.kafka.reader import PartitionReader
 from processor_api.logging import get_logger
 
 _log = get_logger("processor_api.transactions")
@@ -156,31 +156,46 @@ def read_latest_marker(
     task_id: str,
     *,
     kafka: KafkaClientConfig | None = None,
+    tail: int | None = None,
 ) -> CommitMarker | None:
-    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed)."""
+    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed).
+
+    With ``tail``, only the last ``tail`` offsets before the end are read first, then 16 times
+    as many, and so on back to ``start``, until a marker of the task is found.
+    """
     tp = (topic, partition)
     end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
+    window = tail
+    while True:
+        first = start if window is None else max(start, end - window)
+        marker = _last_marker_in(bootstrap_servers, topic, partition, first, end, task_id, kafka)
+        if marker is not None or first <= start:
+            return marker
+        window = 16 * window  # type: ignore[operator]
+
+
+def _last_marker_in(
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    task_id: str,
+    kafka: KafkaClientConfig | None,
+) -> CommitMarker | None:
     if end <= start:
         return None
-    consumer = bounded_consumer(
+    latest: CommitMarker | None = None
+    key = task_id.encode()
+    with PartitionReader(
         bootstrap_servers,
         "marker-reader",
         isolation_level="read_committed",
         fail_on_data_loss=False,
         kafka=kafka,
-    )
-    latest: CommitMarker | None = None
-    key = task_id.encode()
-    try:
-        for messages in read_bounded(
-            consumer,
-            topic,
-            partition,
-            start,
-            end,
-            stall_timeout_s=MARKER_READ_TIMEOUT_S,
-            source=bootstrap_servers,
-        ):
+        stall_timeout_s=MARKER_READ_TIMEOUT_S,
+    ) as reader:
+        for messages in reader.read(topic, partition, start, end):
             for message in messages:
                 if message.key() != key:
                     continue
@@ -190,6 +205,4 @@ def read_latest_marker(
                     sequence=int(data["sequence"]),
                     metadata_json=json.dumps(data["metadata"]),
                 )
-    finally:
-        consumer.close()
     return latest

@@ -145,35 +145,27 @@ def read_range(
     """Yield ``pyarrow.RecordBatch``es (schema :data:`KAFKA_SCHEMA`) of ``topic[partition]``'s
     records with offsets in ``[start, end)``, in offset order.
 
-    Reads with :func:`processor_api.kafka.reader.read_bounded` (see there for how a range ends
+    Reads with :class:`processor_api.kafka.reader.PartitionReader` (see there for how a range ends
     and fails). Usable without Spark.
     """
-    from processor_api.kafka.reader import bounded_consumer, read_bounded
+    from processor_api.kafka.reader import PartitionReader
 
     if end <= start:
         return
-    consumer = bounded_consumer(
+    builder = _BatchBuilder(topic, partition)
+    started = time.monotonic()
+    count = 0
+    with PartitionReader(
         options.bootstrap_servers,
         "source-reader",
         isolation_level=options.isolation_level,
         fail_on_data_loss=options.fail_on_data_loss,
-        extra={"queued.max.messages.kbytes": 16384},
+        fetch={"queued.max.messages.kbytes": 16384},
         kafka=options.kafka,
-    )
-    builder = _BatchBuilder(topic, partition)
-    started = time.monotonic()
-    count = 0
-    try:
-        for messages in read_bounded(
-            consumer,
-            topic,
-            partition,
-            start,
-            end,
-            batch_size=options.arrow_batch_rows,
-            stall_timeout_s=options.read_timeout_s,
-            source=options.bootstrap_servers,
-        ):
+        batch_size=options.arrow_batch_rows,
+        stall_timeout_s=options.read_timeout_s,
+    ) as reader:
+        for messages in reader.read(topic, partition, start, end):
             for message in messages:
                 builder.add(message)
             count += len(messages)
@@ -181,8 +173,6 @@ def read_range(
                 yield builder.flush()
         if len(builder):
             yield builder.flush()
-    finally:
-        consumer.close()
     _log.debug(
         "source_range_read",
         topic=topic,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from processor_api.engine.task import Task
 from processor_api.logging import get_logger
@@ -106,20 +106,17 @@ def waits_for_lagging_inputs(task: Task, bounded: bool) -> bool:
     )
 
 
-def broker_lags(consumer: Any, ranges: Iterable[Range], topics: Iterable[str]) -> dict[str, int]:
+def broker_lags(reader: Any, ranges: Iterable[Range], topics: Iterable[str]) -> dict[str, int]:
     """Per input topic, how many offsets the broker has past this batch's range (0 without a
-    range; 0 when the broker cannot say, so that a task never waits on nothing).
+    range; 0 when the reader cannot say, so that a task never waits on nothing).
 
-    The end is the high watermark of the fetch responses that read the range (``cached``): a
-    ListOffsets query would be one more round trip, and wrong on the embedded broker (see
-    ``kafka/offsets.py``).
+    The end is the high watermark of the fetch responses that read the range
+    (``PartitionReader.high_watermark``): no extra round trip.
     """
     lags = dict.fromkeys(topics, 0)
     for planned in ranges:
         try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(planned.topic, planned.partition), cached=True
-            )
+            high = reader.high_watermark(planned.topic, planned.partition)
         except KafkaException as exc:
             _log.warning(
                 "input_lag_unknown",
@@ -128,6 +125,6 @@ def broker_lags(consumer: Any, ranges: Iterable[Range], topics: Iterable[str]) -
                 error=str(exc),
             )
             continue
-        if high is not None and high >= 0:
+        if high is not None:
             lags[planned.topic] = max(0, high - planned.end)
     return lags

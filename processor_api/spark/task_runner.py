@@ -31,18 +31,20 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
 from processor_api.config import StreamsConfig
+from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.metadata import CommitState, TaskMetadata
 from processor_api.engine.records import InputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
 from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic
-from processor_api.kafka.reader import bounded_consumer, read_bounded, read_changelog
+from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
 from processor_api.logging import get_logger
+from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
+from processor_api.spark.global_stores import GlobalStores
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
+from processor_api.spark.input_records import read_ranges
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.spark.pending_input import (
     HeldBackInput,
@@ -94,6 +96,7 @@ class TaskRunner:
             # data past a bounded run's end will not come: held-back records would stay
             self.config = replace(self.config, max_task_idle_ms=0)
         self.app_id = self.config.application_id
+        self._listener: StateRestoreListener | None = None
         sub_id, self.partition = parse_task_id(task_id)
         subtopology = {sub.id: sub for sub in topology.subtopologies()}.get(sub_id)
         if subtopology is None:
@@ -103,7 +106,7 @@ class TaskRunner:
         self.directory = task_directory(spec.state_dir, self.app_id, task_id)
         self._lock = lock
         self._guarantee = self._make_guarantee()
-        self._consumer: Any = None
+        self._reader: PartitionReader | None = None
         self._task: Task | None = None
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
@@ -113,6 +116,7 @@ class TaskRunner:
         self._held_back = HeldBackInput()
         self._batch_open = False
         self._last_batch_end: float | None = None
+        self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
         self.inits = 0
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
@@ -147,14 +151,14 @@ class TaskRunner:
         processed_before = task.records_processed
         try:
             self._open_batch()
+            if self._global is not None:
+                self._global.before_batch(collector.send)
             reread = self._held_back.reread(ranges) if rebuilt else []
             records = self._read(
                 [InputRange(t, self.partition, a, b) for t, a, b in reread] + ranges
             )
             if waits_for_lagging_inputs(task, self.spec.bounded):
-                task.update_lags(
-                    broker_lags(self._consumer, ranges, self.subtopology.source_topics)
-                )
+                task.update_lags(broker_lags(self._reader, ranges, self.subtopology.source_topics))
             task.process_batch(records)
             task.maybe_punctuate_wall_clock()
             task.advance_idle_stream_time()
@@ -267,14 +271,18 @@ class TaskRunner:
         builders = {
             name: self.topology.store_builders[name] for name in self.subtopology.store_names
         }
+        sources = self.subtopology.source_changelogs  # read-only stores: their source topic
         stores = TaskStores(
             application_id=self.app_id,
             task_id=self.task_id,
             partition=self.partition,
             directory=self.directory,
             builders=builders,
-            changelog_topics={name: changelog_topic(self.app_id, name) for name in builders},
+            changelog_topics={
+                n: sources.get(n) or changelog_topic(self.app_id, n) for n in builders
+            },
             timestamp_fn=lambda: 0,
+            source_changelogs=frozenset(sources),
         )
         collector = KafkaCollector(
             self._guarantee.producer, self.spec.bootstrap_servers, kafka=self.spec.kafka
@@ -287,10 +295,13 @@ class TaskRunner:
             collector=collector,
             config=self.config,
             metadata=metadata,
+            global_task=self._global_task(),
         )
         self._task, self._stores, self._collector = task, stores, collector
         try:
-            restored = stores.restore(metadata.changelog_offsets, self._replay_changelog)
+            committed = {**metadata.changelog_offsets,
+                         **{n: metadata.input_positions.get(t, 0) for n, t in sources.items()}}  # fmt: skip
+            restored = stores.restore(committed, self._replay_changelog, self._restore_listener())
             task.stores.update(stores.stacks)  # a repaired store is a new instance
             task.initialize()
         except BaseException:
@@ -303,6 +314,21 @@ class TaskRunner:
         self._committed_json = metadata.to_json()
         return sum(restored.values())
 
+    def _restore_listener(self) -> StateRestoreListener | None:
+        """The configured ``state.restore.listener``, made once per task runner."""
+        if self._listener is None:
+            self._listener = resolve_restore_listener(self.config.state_restore_listener)
+        return self._listener
+
+    def _global_task(self) -> GlobalTask | None:
+        """This host's global stores, opened and restored before any task is built."""
+        if self._global is None and self.topology.global_stores():
+            self._global = GlobalStores.restored(
+                self.topology, self.directory / "global", self.spec, self.config,
+                isolation_level=self._guarantee.isolation_level, role=f"global-{self.task_id}",
+            )  # fmt: skip
+        return None if self._global is None else self._global.task
+
     def _replay_changelog(
         self,
         topic: str,
@@ -311,6 +337,7 @@ class TaskRunner:
         end: int,
         apply: Any,
         with_timestamps: bool = False,
+        on_batch: Any = None,
     ) -> int:
         return read_changelog(
             self.spec.bootstrap_servers,
@@ -322,48 +349,22 @@ class TaskRunner:
             isolation_level=self._guarantee.isolation_level,
             with_timestamps=with_timestamps,
             kafka=self.spec.kafka,
+            on_batch=on_batch,
         )
 
     def _read(self, ranges: list[InputRange]) -> list[InputRecord]:
         """Every record of the planned ranges, as the engine's input records."""
         if not ranges:
             return []
-        if self._consumer is None:
-            self._consumer = bounded_consumer(
+        if self._reader is None:
+            self._reader = PartitionReader(
                 self.spec.bootstrap_servers,
                 f"task-{self.task_id}",
                 isolation_level=self._guarantee.isolation_level,
-                extra={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+                fetch=LARGE_FETCH,
                 kafka=self.spec.kafka,
             )
-        records: list[InputRecord] = []
-        append = records.append
-        not_available = TIMESTAMP_NOT_AVAILABLE
-        for planned in ranges:
-            topic, partition = planned.topic, planned.partition
-            for messages in read_bounded(
-                self._consumer,
-                topic,
-                partition,
-                planned.start,
-                planned.end,
-                source=self.spec.bootstrap_servers,
-            ):
-                for message in messages:
-                    kind, timestamp = message.timestamp()
-                    headers = message.headers()
-                    append(
-                        InputRecord(
-                            topic,
-                            partition,
-                            message.offset(),
-                            -1 if kind == not_available else timestamp,
-                            message.key(),
-                            message.value(),
-                            () if headers is None else tuple(headers),
-                        )
-                    )
-        return records
+        return read_ranges(self._reader, ranges)
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
@@ -385,6 +386,10 @@ class TaskRunner:
             if key in acked:
                 positions[store_name] = acked[key]
             positions.setdefault(store_name, 0)
+        if self.subtopology.source_changelogs:  # read-only stores hold their input up to here
+            inputs = task.metadata().input_positions
+            for store_name, topic in self.subtopology.source_changelogs.items():
+                positions[store_name] = inputs.get(topic, 0)
         return positions
 
     # --------------------------------------------------------------- lifetime
@@ -408,9 +413,12 @@ class TaskRunner:
             self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            if self._global is not None:
+                self._global.close()
+                self._global = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         finally:
             self._lock.__exit__(None, None, None)
         self._log.info("task_closed", duration_ms=round((time.monotonic() - started) * 1000, 1))

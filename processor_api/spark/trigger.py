@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from processor_api.config import StreamsConfig
+from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.records import ListCollector
 from processor_api.engine.task import Task
 from processor_api.logging import get_logger
@@ -36,23 +37,35 @@ def wall_clock_intervals_ms(topology: Topology, config: StreamsConfig) -> list[i
     """
     intervals: list[int] = []
     with tempfile.TemporaryDirectory(prefix="processor-api-trigger-") as scratch:
-        for subtopology in topology.subtopologies():
-            task_dir = Path(scratch) / subtopology.task_id(0)
-            task = Task(
-                subtopology=subtopology,
-                partition=0,
-                store_builders=topology.store_builders,
-                store_factory=lambda builder, timestamp_fn, d=task_dir: builder.build(
-                    state_dir=d, timestamp_fn=timestamp_fn
-                ),
-                collector=ListCollector(),
-                config=config,
-            )
-            try:
-                task.initialize()
-                intervals.extend(task.wall_clock_intervals())
-            finally:
-                task.close()
+        # empty global stores: processors may look them up in init()
+        global_task = GlobalTask(
+            global_stores=topology.global_stores(),
+            store_factory=lambda builder, timestamp_fn: builder.build(
+                state_dir=Path(scratch) / "global", timestamp_fn=timestamp_fn
+            ),
+            config=config,
+        )
+        try:
+            for subtopology in topology.subtopologies():
+                task_dir = Path(scratch) / subtopology.task_id(0)
+                task = Task(
+                    subtopology=subtopology,
+                    partition=0,
+                    store_builders=topology.store_builders,
+                    store_factory=lambda builder, timestamp_fn, d=task_dir: builder.build(
+                        state_dir=d, timestamp_fn=timestamp_fn
+                    ),
+                    collector=ListCollector(),
+                    config=config,
+                    global_task=global_task,
+                )
+                try:
+                    task.initialize()
+                    intervals.extend(task.wall_clock_intervals())
+                finally:
+                    task.close()
+        finally:
+            global_task.close()
     return sorted(intervals)
 
 

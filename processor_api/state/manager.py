@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from processor_api.logging import get_logger
+from processor_api.restore_listener import StateRestoreListener, TopicPartition
 from processor_api.state.base import BytesStore
 from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.state.builder import StoreBuilder, StoreStack
@@ -52,7 +53,8 @@ def task_directory(state_dir: str | os.PathLike[str], application_id: str, task_
 ChangelogReader = Callable[..., int]
 """``reader(topic, partition, start, end, apply_batch) -> records`` replays [start, end) as
 ``(key, value)`` batches; with ``with_timestamps=True`` (versioned stores) as
-``(key, value, timestamp)`` batches."""
+``(key, value, timestamp)`` batches; given ``on_batch=callback``, it calls
+``callback(next_offset, records)`` after each batch is applied."""
 
 
 class TaskStores:
@@ -68,6 +70,7 @@ class TaskStores:
         builders: Mapping[str, StoreBuilder],
         changelog_topics: Mapping[str, str],
         timestamp_fn: Callable[[], int],
+        source_changelogs: frozenset[str] = frozenset(),
     ) -> None:
         self.application_id = application_id
         self.task_id = task_id
@@ -76,6 +79,8 @@ class TaskStores:
         self.checkpoint_path = directory / ".checkpoint"
         self._builders = dict(builders)
         self._changelog_topics = dict(changelog_topics)
+        # Read-only state stores: not logged, their changelog is their source topic.
+        self._source_changelogs = source_changelogs
         self._timestamp_fn = timestamp_fn
         self.stacks: dict[str, StoreStack] = {}
         self.buffers: dict[str, BatchBufferBytesStore] = {}
@@ -112,7 +117,7 @@ class TaskStores:
         checkpoint = read_checkpoint(self.checkpoint_path)
         positions: dict[str, int | None] = {}
         for name, builder in self._builders.items():
-            if not builder.logging_enabled:
+            if not self._restorable(name):
                 continue
             if builder.persistent:
                 topic = self._changelog_topics[name]
@@ -123,10 +128,19 @@ class TaskStores:
                 positions[name] = position if position >= 0 else None
         return positions
 
-    def restore(self, committed: Mapping[str, int], reader: ChangelogReader) -> dict[str, int]:
+    def _restorable(self, name: str) -> bool:
+        return self._builders[name].logging_enabled or name in self._source_changelogs
+
+    def restore(
+        self,
+        committed: Mapping[str, int],
+        reader: ChangelogReader,
+        listener: StateRestoreListener | None = None,
+    ) -> dict[str, int]:
         """Bring every logged store in line with the committed changelog offsets.
 
-        Returns the number of changelog records replayed per store.
+        Returns the number of changelog records replayed per store; ``listener`` is told
+        about each store's replay (start, every batch, end).
         """
         local = self.local_positions()
         replayed: dict[str, int] = {}
@@ -152,7 +166,7 @@ class TaskStores:
                 stack = self._wipe(name)
                 position = 0
             if target > position:
-                replayed[name] = self._replay(name, stack, position, target, reader)
+                replayed[name] = self._replay(name, stack, position, target, reader, listener)
             self._set_in_memory_position(name, target)
         return replayed
 
@@ -170,7 +184,13 @@ class TaskStores:
         return self.build(builder, self._timestamp_fn)
 
     def _replay(
-        self, name: str, stack: StoreStack, start: int, end: int, reader: ChangelogReader
+        self,
+        name: str,
+        stack: StoreStack,
+        start: int,
+        end: int,
+        reader: ChangelogReader,
+        listener: StateRestoreListener | None,
     ) -> int:
         topic = self._changelog_topics[name]
         started = time.monotonic()
@@ -187,15 +207,27 @@ class TaskStores:
         builder = self._builders[name]
         write = builder.restore_writer(raw)
 
-        def apply(batch: list) -> None:
-            write(batch)
+        skip_null_keys = name in self._source_changelogs  # a source topic may hold them
 
+        def apply(batch: list) -> None:
+            write([r for r in batch if r[0] is not None] if skip_null_keys else batch)
+
+        options: dict[str, object] = {}
         if builder.changelog_has_versions:
             # Versioned stores: the record timestamp is the version, so replay needs it.
-            count = reader(topic, self.partition, start, end, apply, with_timestamps=True)
-        else:
-            count = reader(topic, self.partition, start, end, apply)
+            options["with_timestamps"] = True
+        topic_partition = TopicPartition(topic, self.partition)
+        if listener is not None:
+            listener.on_restore_start(topic_partition, name, start, end)
+
+            def on_batch(next_offset: int, records: int) -> None:
+                listener.on_batch_restored(topic_partition, name, next_offset, records)
+
+            options["on_batch"] = on_batch
+        count = reader(topic, self.partition, start, end, apply, **options)
         raw.flush()
+        if listener is not None:
+            listener.on_restore_end(topic_partition, name, count)
         duration = time.monotonic() - started
         self._log.info(
             "restore_done",
@@ -228,7 +260,7 @@ class TaskStores:
         offsets = {}
         for name, position in positions.items():
             builder = self._builders.get(name)
-            if builder is None or not builder.logging_enabled:
+            if builder is None or not self._restorable(name):
                 continue
             if builder.persistent:
                 offsets[(self._changelog_topics[name], self.partition)] = position

@@ -15,7 +15,13 @@ each record, commits (flushes stores) after each record, and fires wall-clock pu
 when :meth:`TopologyTestDriver.advance_wall_clock_time` is called. Every input counts as caught
 up (nothing more on a broker), so with ``max.task.idle.ms`` > 0 a task with several inputs holds
 a record back while another input is empty, until that input gets a record or the mocked wall
-clock passes the idle deadline.
+clock passes the idle deadline. What a logged store writes
+goes to its changelog topic ``<application id>-<store>-changelog``, readable like any output
+topic (one record per write; with caching, one per key and commit, i.e. per input record).
+
+Global stores are filled from the records piped into (or produced to) their topics, before the
+driver returns; every task's processors read them, and ``get_state_store`` and the typed
+getters find them by name.
 """
 
 from __future__ import annotations
@@ -28,21 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from processor_api.config import StreamsConfig
+from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.records import InputRecord, ListCollector, OutputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StoreError, StreamsError
+from processor_api.kafka.names import changelog_topic
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.key_value import KeyValueStore
 from processor_api.state.session import SessionStore
 from processor_api.state.timestamped import TimestampedKeyValueStore
 from processor_api.state.versioned import VersionedKeyValueStore
 from processor_api.state.window import WindowStore
-from processor_api.testing.topics import (
-    NoSuchElementError,
-    TestInputTopic,
-    TestOutputTopic,
-    to_ms,
-)
+from processor_api.testing.topics import NoSuchElementError, TestInputTopic, TestOutputTopic, to_ms
 from processor_api.topology import Topology
 
 __all__ = [
@@ -80,8 +83,20 @@ class TopologyTestDriver:
         self._output: dict[str, deque[OutputRecord]] = {}
         self._tasks: list[Task] = []
         self._task_by_topic: dict[str, Task] = {}
+        self._global: GlobalTask | None = None
         self._closed = False
         try:
+            if topology.global_stores():
+                global_dir = self._state_dir / self.config.application_id / "global"
+                self._global = GlobalTask(
+                    global_stores=topology.global_stores(),
+                    store_factory=lambda builder, ts: builder.build(
+                        state_dir=global_dir, timestamp_fn=ts
+                    ),
+                    config=self.config,
+                    clock=self._clock,
+                )
+                self._global.initialize()
             for sub in topology.subtopologies():
                 task_dir = self._state_dir / self.config.application_id / sub.task_id(0)
                 task = Task(
@@ -94,6 +109,7 @@ class TopologyTestDriver:
                     collector=self._collector,
                     config=self.config,
                     clock=self._clock,
+                    global_task=self._global,
                 )
                 self._tasks.append(task)
                 for topic in sub.source_topics:
@@ -153,11 +169,32 @@ class TopologyTestDriver:
         headers: tuple[tuple[str, bytes | None], ...],
     ) -> None:
         self._check_open()
+        if self._global is not None and topic in self._global.topics:
+            self._feed_global(topic, key, value, timestamp, headers)
+            self._complete_work()
+            return
         task = self._task_by_topic.get(topic)
         if task is None:
             raise StreamsError(f"unknown input topic {topic!r}: no source of the topology reads it")
         self._feed(task, topic, key, value, timestamp, headers)
         self._complete_work()
+
+    def _feed_global(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: tuple[tuple[str, bytes | None], ...],
+    ) -> None:
+        """One record of a global store's topic: the global processor updates its store."""
+        assert self._global is not None
+        offset = self._next_offset.get(topic, 0)
+        self._next_offset[topic] = offset + 1
+        self._global.process(InputRecord(topic, 0, offset, timestamp, key, value, headers))
+        self._global.flush()
+        for record in self._global.take_dead_letters():
+            self._collector.send(record)
 
     def _feed(
         self,
@@ -180,6 +217,10 @@ class TopologyTestDriver:
                 break
             for record in produced:
                 self._output.setdefault(record.topic, deque()).append(record)
+                if self._global is not None and record.topic in self._global.topics:
+                    self._feed_global(
+                        record.topic, record.key, record.value, record.timestamp, record.headers
+                    )
                 downstream = self._task_by_topic.get(record.topic)
                 if downstream is not None:
                     self._feed(
@@ -191,7 +232,12 @@ class TopologyTestDriver:
                         record.headers,
                     )
         for task in self._tasks:
-            task.flush()
+            for store_name, changes in task.flush().items():
+                # the store's changelog, readable like any output topic (as in Kafka Streams)
+                topic = changelog_topic(self.config.application_id, store_name)
+                self._output.setdefault(topic, deque()).extend(
+                    OutputRecord(topic, c.key, c.value, c.timestamp) for c in changes
+                )
         # flushing caches may not forward anything in this runtime, but keep the loop honest
         if self._collector.records:
             self._complete_work()
@@ -217,6 +263,10 @@ class TopologyTestDriver:
         return self._wall_clock_ms
 
     # ------------------------------------------------------------- inspection
+    def get_state_store(self, name: str) -> Any:
+        """The store ``name`` of any kind: a task's store, or a global store."""
+        return self._store(name, object, "a state store")
+
     def get_key_value_store(self, name: str) -> KeyValueStore:
         """The key-value store ``name`` (of whichever task owns it); ``StoreError`` if it is
         another kind (a timestamped key-value store is one)."""
@@ -239,15 +289,18 @@ class TopologyTestDriver:
         return self._store(name, VersionedKeyValueStore, "a versioned key-value store")
 
     def _store(self, name: str, kind: type, described: str) -> Any:
-        for task in self._tasks:
-            if name in task.stores:
-                store = task.stores[name].store
+        stacks = [task.stores for task in self._tasks]
+        if self._global is not None:
+            stacks.append(self._global.stores)
+        for stores in stacks:
+            if name in stores:
+                store = stores[name].store
                 if not isinstance(store, kind):
                     raise StoreError(
                         f"state store {name!r} is not {described}: it is a {type(store).__name__}"
                     )
                 return store
-        known = sorted(s for task in self._tasks for s in task.stores)
+        known = sorted(name for stores in stacks for name in stores)
         raise StoreError(f"no state store named {name!r} in the topology (stores: {known})")
 
     def produced_topics(self) -> list[str]:
@@ -276,6 +329,8 @@ class TopologyTestDriver:
         try:
             for task in self._tasks:
                 task.close()
+            if self._global is not None:
+                self._global.close()
         finally:
             shutil.rmtree(self._state_dir, ignore_errors=True)
 

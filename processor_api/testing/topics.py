@@ -1,5 +1,6 @@
-"""The test driver's topics: :class:`TestInputTopic` pipes records in, :class:`TestOutputTopic`
-reads what the topology produced (Kafka Streams' ``TestInputTopic`` / ``TestOutputTopic``)."""
+"""The test topics of :class:`~processor_api.testing.driver.TopologyTestDriver`: what pipes
+records in (:class:`TestInputTopic`) and reads what the topology produced
+(:class:`TestOutputTopic`), as in Kafka Streams' test utilities."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from processor_api.state.base import KeyValue
 if TYPE_CHECKING:
     from processor_api.testing.driver import TopologyTestDriver
 
+__all__ = ["NoSuchElementError", "TestInputTopic", "TestOutputTopic", "to_ms"]
+
 
 class NoSuchElementError(LookupError):
     """Reading from an output topic that has no (more) records."""
 
 
 def to_ms(value: int | timedelta) -> int:
-    """Milliseconds from an int or a ``timedelta``; ``TypeError`` for anything else."""
+    """``value`` in milliseconds (an int as it is, a timedelta converted)."""
     if isinstance(value, timedelta):
         return value // timedelta(milliseconds=1)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -47,6 +50,10 @@ class TestInputTopic:
         self._driver = driver
         self._key_serde = key_serde
         self._value_serde = value_serde
+        if auto_advance < 0:
+            raise ValueError(
+                f"topic {topic!r}: auto_advance must not be negative, got {auto_advance!r}"
+            )
         self._current_time = start_timestamp
         self._auto_advance = auto_advance
 
@@ -85,8 +92,12 @@ class TestInputTopic:
             self.pipe_input(None, value)
 
     def advance_time(self, advance: int | timedelta) -> None:
-        """Move this topic's current time (used for records piped without a timestamp)."""
-        self._current_time += to_ms(advance)
+        """Move this topic's current time (used for records piped without a timestamp);
+        a negative ``advance`` is refused, as in Kafka Streams."""
+        ms = to_ms(advance)
+        if ms < 0:
+            raise ValueError(f"topic {self.topic!r}: advance must not be negative, got {advance!r}")
+        self._current_time += ms
 
 
 class TestOutputTopic:

@@ -226,7 +226,7 @@ def test_fast_path_to_two_sinks_interleaves_like_forward(raw_sends):
 def test_fast_path_for_a_named_child(raw_sends):
     outputs, _ = assert_same_as_loop("two-sinks", child="copy")
     assert raw_sends
-    assert list(outputs) == ["copy"]
+    assert [topic for topic in outputs if not topic.endswith("-changelog")] == ["copy"]
 
 
 def test_fast_path_over_a_range(raw_sends):

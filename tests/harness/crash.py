@@ -34,6 +34,7 @@ from tests.harness.topics import create_topics_now, read_topic, uid
 from tests.harness.wire import OutputWatch, high_watermarks, topic_transaction_status
 
 PACED_SALES = "tests.reliability.topologies_for_tests:build_paced_sales"
+PAUSING_LISTENER = "tests.reliability.topologies_for_tests:PausingRestoreListener"
 
 KILL_KINDS = ("mid_batch", "between_batches", "restore", "state_dir_deleted")
 
@@ -113,7 +114,10 @@ class CrashScenario:
             guarantee, len(sales), len({s.product for s in sales}), logs=str(self.log_path)
         )
 
-    def args(self) -> list[str]:
+    def args(self, kill: str | None = None) -> list[str]:
+        """The run's arguments; a run to be killed in a restore holds each restored batch
+        (``PausingRestoreListener``) so the kill lands inside it however fast it is."""
+        config = {"state.restore.listener": PAUSING_LISTENER} if kill == "restore" else None
         topology_args: dict[str, Any] = {
             "input_topic": self.input_topic,
             "output_topic": self.output_topic,
@@ -129,6 +133,7 @@ class CrashScenario:
             guarantee=self.guarantee,
             max_records_per_batch=self.max_records_per_batch,
             topology_args=topology_args,
+            config=config,
         )
 
     def setup(self) -> None:
@@ -234,7 +239,7 @@ class CrashScenario:
         number = 0
         for kind in kills:
             number += 1
-            with CliRun(self.args(), self.log_path) as run:
+            with CliRun(self.args(kind), self.log_path) as run:
                 record = self._kill(run, kind, number)
                 self.report.kills.append(record)
                 self.log(f"  run {number}: kill {kind} done={record.done} {record.detail}")

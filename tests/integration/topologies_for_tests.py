@@ -15,8 +15,12 @@ from processor_api import (
     PunctuationType,
     Record,
     Serdes,
+    SessionWindow,
+    StoreBuilder,
     Stores,
     Topology,
+    ValueAndTimestamp,
+    Windowed,
 )
 
 DEFAULT_TICK_INTERVAL_MS = 500
@@ -123,3 +127,168 @@ def build_echo(*, input_topic: str = "echo-input", output_topic: str = "echo-out
         .add_source("in", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string())
         .add_sink("out", output_topic, "in", key_serde=Serdes.string(), value_serde=Serdes.string())
     )
+
+
+class PutLatest(Processor):
+    """The processor of a read-only state store: the latest value of each key."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: ProcessorContext) -> None:
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is not None:
+            self.store.put(record.key, record.value)
+
+
+class LookUp(Processor):
+    """Forwards each record with the value its key has in a store: ``"<value>@<looked up>"``."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record.with_value(f"{record.value}@{self.store.get(record.key)}"))
+
+
+def build_read_only_lookup(
+    prices_topic: str = "prices", orders_topic: str = "orders", output_topic: str = "priced"
+) -> Topology:
+    """A read-only state store ``prices`` fed by ``prices_topic``, looked up by the orders of
+    the same key (the two topics are co-partitioned: one task per partition holds both)."""
+    string = Serdes.string()
+    prices = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("prices"), string, string
+    )
+    return (
+        Topology()
+        .add_read_only_state_store(
+            prices, "prices-source", string, string, prices_topic, "prices-updater",
+            lambda: PutLatest("prices"),
+        )
+        .add_source("orders", orders_topic, key_serde=string, value_serde=string)
+        .add_processor("lookup", lambda: LookUp("prices"), "orders")
+        .connect_processor_and_state_stores("lookup", "prices")
+        .add_sink("priced", output_topic, "lookup", key_serde=string, value_serde=string)
+    )  # fmt: skip
+
+
+class _KindProcessor(Processor):
+    """Base of the store-kind processors: forwards ``"<kind>|<what the store says>"``."""
+
+    kind = ""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.kind)
+
+    def emit(self, record: Record, text: str) -> None:
+        self.context.forward(record.with_value(f"{self.kind}|{text}"))
+
+
+class KeyValueKind(_KindProcessor):
+    """Running total per key."""
+
+    kind = "key-value"
+
+    def process(self, record: Record) -> None:
+        total = (self.store.get(record.key) or 0) + record.value
+        self.store.put(record.key, total)
+        self.emit(record, str(total))
+
+
+class TimestampedKind(_KindProcessor):
+    """Running total per key with the newest timestamp seen."""
+
+    kind = "timestamped"
+
+    def process(self, record: Record) -> None:
+        old = self.store.get(record.key)
+        total = (old.value if old else 0) + record.value
+        newest = max(old.timestamp if old else -1, record.timestamp)
+        self.store.put(record.key, ValueAndTimestamp(total, newest))
+        self.emit(record, f"{total}@{newest}")
+
+
+class WindowKind(_KindProcessor):
+    """Sum per key and 1 s tumbling window; emits the windows of the last 10 s."""
+
+    kind = "window"
+
+    def process(self, record: Record) -> None:
+        start = record.timestamp - record.timestamp % 1000
+        total = (self.store.fetch(record.key, start) or 0) + record.value
+        self.store.put(record.key, total, start)
+        recent = self.store.fetch(record.key, record.timestamp - 10_000, record.timestamp)
+        self.emit(record, ",".join(f"{s}:{v}" for s, v in recent))
+
+
+class SessionKind(_KindProcessor):
+    """Sessions per key with a 5 s inactivity gap; emits the merged session."""
+
+    kind = "session"
+    GAP = 5000
+
+    def process(self, record: Record) -> None:
+        ts, start, end, total = record.timestamp, record.timestamp, record.timestamp, record.value
+        for windowed, value in list(
+            self.store.find_sessions(record.key, ts - self.GAP, ts + self.GAP)
+        ):
+            start = min(start, windowed.window.start)
+            end = max(end, windowed.window.end)
+            total += value
+            self.store.remove(windowed)
+        self.store.put(Windowed(record.key, SessionWindow(start, end)), total)
+        self.emit(record, f"{start}-{end}:{total}")
+
+
+class VersionedKind(_KindProcessor):
+    """Keeps each key's amounts as versions; emits the version valid just before the record."""
+
+    kind = "versioned"
+
+    def process(self, record: Record) -> None:
+        before = self.store.get(record.key, record.timestamp - 1)
+        self.store.put(record.key, record.value, record.timestamp)
+        self.emit(record, "none" if before is None else f"{before.value}@{before.timestamp}")
+
+
+STORE_KINDS = (KeyValueKind, TimestampedKind, WindowKind, SessionKind, VersionedKind)
+
+
+def _store_of_kind(kind: str) -> StoreBuilder:
+    string, long = Serdes.string(), Serdes.long()
+    hour = 3_600_000
+    if kind == "key-value":
+        return Stores.key_value_store_builder(Stores.persistent_key_value_store(kind), string, long)
+    if kind == "timestamped":
+        supplier = Stores.persistent_timestamped_key_value_store(kind)
+        return Stores.timestamped_key_value_store_builder(supplier, string, long)
+    if kind == "window":
+        supplier = Stores.persistent_window_store(kind, retention_period=hour, window_size=1000)
+        return Stores.window_store_builder(supplier, string, long)
+    if kind == "session":
+        supplier = Stores.persistent_session_store(kind, retention_period=hour)
+        return Stores.session_store_builder(supplier, string, long)
+    supplier = Stores.persistent_versioned_key_value_store(kind, history_retention=hour)
+    return Stores.versioned_key_value_store_builder(supplier, string, long)
+
+
+def build_store_kinds(
+    input_topic: str = "kinds-input", output_topic: str = "kinds-output"
+) -> Topology:
+    """One processor per persistent store kind, all fed the same ``(string, long)`` records,
+    each forwarding what its store says after the record to one sink; every store logged."""
+    string, long = Serdes.string(), Serdes.long()
+    topology = Topology().add_source("in", input_topic, key_serde=string, value_serde=long)
+    for processor in STORE_KINDS:
+        topology.add_processor(processor.kind, processor, "in")
+        topology.add_state_store(_store_of_kind(processor.kind), processor.kind)
+    names = [p.kind for p in STORE_KINDS]
+    return topology.add_sink("out", output_topic, *names, key_serde=string, value_serde=string)

@@ -202,9 +202,7 @@ def test_every_client_builder_gets_the_settings_of_its_role(built, kafka_config)
         )
     )
     _build(
-        lambda: reader.bounded_consumer(
-            "h:1", "task-0_0", isolation_level="read_committed", kafka=k
-        )
+        lambda: reader.PartitionReader("h:1", "task-0_0", isolation_level="read_committed", kafka=k)
     )
     _build(
         lambda: reader.read_changelog(

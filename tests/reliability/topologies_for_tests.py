@@ -15,9 +15,11 @@ from processor_api import (
     PunctuationType,
     Record,
     Serdes,
+    StateRestoreListener,
     Stores,
     Topology,
 )
+from processor_api.logging import get_logger
 from topologies import sales_aggregation
 from topologies.sales_aggregation import SalesAggregator
 
@@ -138,3 +140,21 @@ def build_paced_sales(
             value_serde=Serdes.json(),
         )
     )
+
+
+class PausingRestoreListener(StateRestoreListener):
+    """Holds every restored batch for ``PAUSE_S`` before the restore goes on, so that a test
+    can kill the process while a restore is in flight however small the changelog is."""
+
+    PAUSE_S = 2.0
+
+    def on_batch_restored(self, topic_partition, store_name, batch_end_offset, num_restored):
+        get_logger("tests.restore_listener").info(
+            "restore_batch_paused",
+            store=store_name,
+            topic=topic_partition.topic,
+            partition=topic_partition.partition,
+            batch_end_offset=batch_end_offset,
+            records=num_restored,
+        )
+        time.sleep(self.PAUSE_S)

@@ -16,7 +16,8 @@ def test_counts_per_key_without_output() -> None:
         for i, key in enumerate(["a", "b", "a", "c", "a", "b"]):
             events.pipe_input(key, b"x", timestamp=i)
         assert counts(driver) == {"a": 3, "b": 2, "c": 1}
-        assert driver.produced_topics() == []
+        # no sink: only the store's changelog was written
+        assert driver.produced_topics() == ["topology-test-driver-counts-changelog"]
 
 
 def test_null_key_skipped() -> None:
@@ -57,3 +58,17 @@ def test_describe() -> None:
     assert "Source: SOURCE (topics: [count-input])" in text
     assert "Processor: COUNTER (stores: [counts])" in text
     assert "Sink" not in text
+
+
+def test_windowed_counts_per_key_and_tumbling_window() -> None:
+    topology = build_topology(windowed=True, window_ms=1000, output_topic="out")
+    with TopologyTestDriver(topology) as driver:
+        events = driver.create_input_topic("count-input")
+        output = driver.create_output_topic("out")
+        for key, timestamp in [("a", 100), ("a", 999), ("b", 500), ("a", 1000), ("a", 1500)]:
+            events.pipe_input(key, b"x", timestamp=timestamp)
+        events.pipe_input(None, b"x", timestamp=1600)  # skipped: no key
+        windows = driver.get_window_store("counts")
+        assert list(windows.fetch("a", 0, 2000)) == [(0, 2), (1000, 2)]
+        assert list(windows.fetch("b", 0, 2000)) == [(0, 1)]
+        assert [kv.value for kv in output.read_key_values_to_list()] == [1, 2, 1, 1, 2]

@@ -1,0 +1,308 @@
+"""Reading a store's committed contents from its changelog, without the application.
+
+Every logged store is a compacted changelog ``<application.id>-<store>-changelog`` whose
+partition ``p`` is written by task ``<sub-topology>_p``. After each micro-batch a task makes
+durable, it writes a commit marker (``<application.id>-task-commits``, the task's partition)
+whose metadata holds, per store, the changelog end offset that batch reached -- under both
+processing guarantees. So the committed contents of a store partition are its changelog read
+up to the offset in the task's last marker:
+
+1. :meth:`StoreReader.committed_ends`: per changelog partition, the last marker of its task
+   (read ``read_committed`` from the end of the marker partition backwards) and the offset it
+   records for the store; 0 (empty) when the task never committed;
+2. :meth:`StoreReader.read_partition`: the changelog ``read_committed`` from its first offset to
+   that end, replayed with the store's own restore writer into a temporary store of the same
+   kind (tombstones delete, window and session retention apply as in the application), then
+   read with the store's typed API and the serdes the topology gives it.
+
+What this excludes, and why it holds on Apache Kafka as on the embedded broker:
+
+* records after the marker's offsets: a batch in flight, an exactly-once batch whose
+  transaction aborted and was not retried yet, an at-least-once batch whose marker was not
+  written. None of them is read, whatever the broker shows (Tansu shows aborted records to
+  ``read_committed`` readers). On Apache Kafka an open transaction also holds the last stable
+  offset back, and ``read_committed`` drops aborted records, so the end is where a
+  ``read_committed`` consumer stops anyway.
+* a marker of an aborted transaction is never seen on Apache Kafka (``read_committed``); on
+  Tansu it is, as it is by the application's own recovery, which adopts it on its next start.
+  Aborted records *between* two committed batches (a batch that aborted and was retried) are
+  dropped by Apache Kafka; Tansu shows them, to this reader as to the application's restore,
+  and the retry rewrites the same keys after them.
+
+Each partition is read at the last batch its task committed; partitions of different tasks can
+be at different micro-batches (as a Kafka Streams instance's stores are at different commits).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processor_api.errors import ConfigError, MissingTopicError, StreamsError
+from processor_api.kafka.admin import topic_partitions
+from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.names import changelog_topic, commit_marker_topic
+from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
+from processor_api.kafka.topics import plan_topics
+from processor_api.kafka.transactions import CommitMarker, read_latest_marker
+from processor_api.logging import get_logger
+from processor_api.state import InMemoryBytesStore, KeyValue, StoreBuilder
+from processor_api.state.selection import (
+    KEY_VALUE_KINDS,
+    READABLE_KINDS,
+    StoreSelection,
+    select,
+    select_folded,
+)
+from processor_api.topology import Topology
+
+_log = get_logger("processor_api.read_store")
+
+#: Offsets read from the end of a marker partition first (the window grows until a marker).
+MARKER_TAIL = 64
+#: Kinds whose innermost store is a plain byte store (no segments): replayed in memory.
+_PLAIN_KINDS = ("key-value", "timestamped-key-value", "versioned-key-value")
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """Where a store's changelog and its tasks' commit markers are (picklable)."""
+
+    bootstrap_servers: str
+    application_id: str
+    store: str
+    changelog_topic: str
+    partitions: int
+    task_ids: tuple[str, ...]  # the task writing each changelog partition
+    marker_topic: str
+    marker_partitions: tuple[int, ...]  # each task's partition of the marker topic
+    kafka: KafkaClientConfig | None = None
+
+
+class StoreReader:
+    """Reads one store of an application from Kafka (see the module docstring).
+
+    ``topology`` is the application's topology (the store's kind and serdes come from it).
+    Raises ``ConfigError`` for a store the topology does not have or that has no changelog,
+    ``MissingTopicError`` when the application has no state on the broker.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        application_id: str,
+        topology: Topology,
+        store: str,
+        *,
+        kafka: KafkaClientConfig | None = None,
+    ) -> None:
+        self.builder = store_builder(topology, store)
+        self.location = locate(bootstrap_servers, application_id, topology, store, kafka=kafka)
+
+    @property
+    def partitions(self) -> int:
+        """How many changelog partitions (tasks) the store has."""
+        return self.location.partitions
+
+    def committed_ends(self) -> dict[int, int]:
+        """Per changelog partition, the end offset of the last committed batch."""
+        return committed_ends(self.location)
+
+    def read_partition(
+        self, partition: int, end: int, selection: StoreSelection | None = None
+    ) -> Iterator[KeyValue]:
+        """The entries of ``partition`` committed up to changelog offset ``end``."""
+        return read_partition(self.location, self.builder, partition, end, selection)
+
+    def read(self, selection: StoreSelection | None = None) -> Iterator[tuple[int, KeyValue]]:
+        """``(partition, entry)`` of every partition, each at its last committed batch (the
+        commit markers are read now, the partitions as the iterator goes)."""
+        return self._entries(self.committed_ends(), selection)
+
+    def _entries(
+        self, ends: dict[int, int], selection: StoreSelection | None
+    ) -> Iterator[tuple[int, KeyValue]]:
+        for partition in range(self.partitions):
+            for entry in self.read_partition(partition, ends[partition], selection):
+                yield partition, entry
+
+
+def store_builder(topology: Topology, store: str) -> StoreBuilder:
+    """The builder of a logged, readable store of ``topology``, or ``ConfigError``."""
+    builders = topology.store_builders
+    builder = builders.get(store)
+    owners = [sub.id for sub in topology.subtopologies() if store in sub.store_names]
+    if builder is None or not owners:
+        known = sorted(n for sub in topology.subtopologies() for n in sub.store_names)
+        what = "no store" if builder is None else "a global or read-only store"
+        raise ConfigError(
+            f"the topology has {what} {store!r} to read from its changelog; "
+            f"its stores: {', '.join(known) or 'none'}"
+        )
+    if not builder.logging_enabled:
+        raise ConfigError(
+            f"state store {store!r} has logging disabled: it has no changelog to read it from"
+        )
+    if builder.kind not in READABLE_KINDS:
+        raise ConfigError(f"state store {store!r} is of kind {builder.kind!r}: it cannot be read")
+    return builder
+
+
+def locate(
+    bootstrap_servers: str,
+    application_id: str,
+    topology: Topology,
+    store: str,
+    *,
+    kafka: KafkaClientConfig | None = None,
+) -> StoreLocation:
+    """Find the store's changelog and commit markers on the broker (metadata only)."""
+    topic = changelog_topic(application_id, store)
+    markers = commit_marker_topic(application_id)
+    try:
+        counts = topic_partitions(bootstrap_servers, [markers, topic], kafka=kafka)
+    except MissingTopicError as exc:
+        raise MissingTopicError(
+            f"application {application_id!r} has no state for store {store!r} on "
+            f"{bootstrap_servers}: topic(s) {', '.join(repr(t) for t in exc.topics)} do not "
+            "exist (is the application id right, and has the application run?)",
+            topics=exc.topics,
+        ) from None
+    plan = plan_topics(topology, bootstrap_servers, application_id, kafka=kafka)
+    sub = next(s.id for s in topology.subtopologies() if store in s.store_names)
+    task_ids = tuple(f"{sub}_{p}" for p in range(counts[topic]))
+    if counts[markers] != len(plan.task_ids) or any(t not in plan.task_ids for t in task_ids):
+        raise StreamsError(
+            f"the topology's tasks ({len(plan.task_ids)}) do not match application "
+            f"{application_id!r} on {bootstrap_servers}: {markers!r} has {counts[markers]} "
+            f"partition(s), {topic!r} {counts[topic]}; is it the application's topology?"
+        )
+    return StoreLocation(
+        bootstrap_servers=bootstrap_servers,
+        application_id=application_id,
+        store=store,
+        changelog_topic=topic,
+        partitions=counts[topic],
+        task_ids=task_ids,
+        marker_topic=markers,
+        marker_partitions=tuple(plan.task_ids.index(t) for t in task_ids),
+        kafka=kafka,
+    )
+
+
+def committed_ends(location: StoreLocation) -> dict[int, int]:
+    """Per changelog partition, the store's changelog offset in its task's last marker."""
+    ends: dict[int, int] = {}
+    for partition, (task_id, marker_partition) in enumerate(
+        zip(location.task_ids, location.marker_partitions, strict=True)
+    ):
+        marker = read_latest_marker(
+            location.bootstrap_servers,
+            location.marker_topic,
+            marker_partition,
+            0,  # the reader starts at the first offset a compacted topic still has
+            task_id,
+            kafka=location.kafka,
+            tail=MARKER_TAIL,
+        )
+        ends[partition] = 0 if marker is None else _store_offset(marker, location, task_id)
+    _log.debug(
+        "store_committed_ends", store=location.store, topic=location.changelog_topic, ends=ends
+    )
+    return ends
+
+
+def _store_offset(marker: CommitMarker, location: StoreLocation, task_id: str) -> int:
+    try:
+        return int(json.loads(marker.metadata_json)["changelog_offsets"].get(location.store, 0))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StreamsError(
+            f"the commit marker of task {task_id} at offset {marker.offset} of "
+            f"{location.marker_topic!r} has no readable changelog offsets: {exc!r}"
+        ) from exc
+
+
+def read_partition(
+    location: StoreLocation,
+    builder: StoreBuilder,
+    partition: int,
+    end: int,
+    selection: StoreSelection | None = None,
+) -> Iterator[KeyValue]:
+    """Replay ``[0, end)`` of one changelog partition into a temporary store and select.
+
+    Key-value stores (plain and timestamped) are folded into a dict instead: the changelog
+    key is the store key, so the last write of each key, tombstones applied, is the store.
+    """
+    selection = selection or StoreSelection()
+    if builder.kind in KEY_VALUE_KINDS:
+        folded: dict[bytes, bytes] = {}
+        if end > 0:
+            _replay(location, builder, _Fold(folded), partition, end)
+        facade = builder.build(inner=InMemoryBytesStore(builder.name)).store
+        yield from select_folded(facade, folded, selection)
+        return
+    with tempfile.TemporaryDirectory(prefix="read-store-") as directory:
+        stack = _scratch_store(builder, Path(directory))
+        try:
+            if end > 0:
+                _replay(location, builder, stack.inner, partition, end)
+            yield from select(builder.kind, stack.store, builder.name, selection)
+        finally:
+            stack.close()
+
+
+def _scratch_store(builder: StoreBuilder, directory: Path) -> Any:
+    """A new, empty store of the builder's kind (in memory where no segments are needed)."""
+    inner = InMemoryBytesStore(builder.name) if builder.kind in _PLAIN_KINDS else None
+    return builder.build(state_dir=directory, inner=inner)
+
+
+class _Fold:
+    """A restore target folding ``(key, value)`` batches into a dict (``None`` deletes)."""
+
+    def __init__(self, entries: dict[bytes, bytes]) -> None:
+        self.entries = entries
+
+    def put_all(self, batch: list[tuple[bytes, bytes | None]]) -> None:
+        entries, pop = self.entries, self.entries.pop
+        for key, value in batch:
+            if value is None:
+                pop(key, None)
+            else:
+                entries[key] = value
+
+
+def _replay(
+    location: StoreLocation, builder: StoreBuilder, inner: Any, partition: int, end: int
+) -> int:
+    write = inner.put_all if isinstance(inner, _Fold) else builder.restore_writer(inner)
+    versions = builder.changelog_has_versions
+    count = 0
+    with PartitionReader(
+        location.bootstrap_servers,
+        "read-store",
+        isolation_level="read_committed",
+        fail_on_data_loss=False,  # compaction and retention remove a changelog's first offsets
+        fetch=LARGE_FETCH,
+        kafka=location.kafka,
+    ) as reader:
+        for messages in reader.read(location.changelog_topic, partition, 0, end):
+            if versions:
+                write([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
+            else:
+                write([(m.key(), m.value()) for m in messages])
+            count += len(messages)
+    _log.debug(
+        "store_partition_read",
+        store=location.store,
+        topic=location.changelog_topic,
+        partition=partition,
+        end_offset=end,
+        records=count,
+    )
+    return count

@@ -1,0 +1,123 @@
+"""Querying a store's committed state without the application: :func:`read_store`.
+
+The reading itself is :mod:`processor_api.kafka.store_reader`; this module is the public entry
+point (``processor_api.read_store``), shared by the ``read-store`` command and
+``processor_api.spark.read_store_df``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from processor_api.state.base import KeyValue
+from processor_api.topology import Topology
+
+if TYPE_CHECKING:
+    from processor_api.kafka.store_reader import StoreReader
+
+
+def open_store_reader(
+    bootstrap_servers: str,
+    application_id: str,
+    topology: Topology | str,
+    store: str,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+    topology_kwargs: Mapping[str, Any] | None = None,
+) -> StoreReader:
+    """A :class:`~processor_api.kafka.store_reader.StoreReader` for ``store`` of the application.
+
+    ``topology`` is a :class:`Topology` or ``"module:function"`` (called with
+    ``topology_kwargs``); ``kafka_config`` holds Kafka client settings as ``run-topology
+    --kafka-config`` takes them (``consumer.``/``admin.`` prefixes too).
+    """
+    from processor_api.kafka.client_config import KafkaClientConfig
+    from processor_api.kafka.store_reader import StoreReader
+
+    if isinstance(topology, str):
+        from processor_api.loader import load_topology
+
+        topology = load_topology(topology, dict(topology_kwargs or {}))
+    kafka = KafkaClientConfig.from_dict(dict(kafka_config)) if kafka_config else None
+    return StoreReader(bootstrap_servers, application_id, topology, store, kafka=kafka)
+
+
+def read_store(
+    bootstrap_servers: str,
+    application_id: str,
+    topology: Topology | str,
+    store: str,
+    *,
+    key: Any = None,
+    key_from: Any = None,
+    key_to: Any = None,
+    prefix: Any = None,
+    kafka_config: Mapping[str, Any] | None = None,
+    topology_kwargs: Mapping[str, Any] | None = None,
+) -> Iterator[KeyValue]:
+    """The committed contents of ``store``, read from its changelog: an iterator of ``KeyValue``.
+
+    Needs neither the running application nor its state directory: every changelog partition
+    is read up to the changelog offset of its task's last committed micro-batch (recorded in
+    the task's commit marker), records of aborted transactions and of batches not committed
+    yet excluded, tombstones applied. Entries come partition by partition, in key order within
+    one, typed as the store's processors see them (``KeyValue(Windowed(key, window), value)``
+    for window and session stores, ``ValueAndTimestamp`` values for timestamped stores).
+
+    Select with ``key``, with ``key_from``/``key_to`` (inclusive; either may be left open) or
+    with ``prefix`` (key-value stores). Versioned stores are read one ``key`` at a time (its
+    latest ``VersionedRecord``). Raises ``ConfigError`` for a store the topology does not have
+    (or without a changelog) and ``MissingTopicError`` when the application has no state on
+    the broker.
+    """
+    from processor_api.state.selection import StoreSelection
+
+    selection = StoreSelection(key=key, key_from=key_from, key_to=key_to, prefix=prefix)
+    reader = open_store_reader(
+        bootstrap_servers,
+        application_id,
+        topology,
+        store,
+        kafka_config=kafka_config,
+        topology_kwargs=topology_kwargs,
+    )
+    return (entry for _, entry in reader.read(selection))
+
+
+def entry_fields(entry: KeyValue) -> dict[str, Any]:
+    """One store entry as flat fields: ``key``, ``value``, and where the store has them
+    ``window_start``/``window_end`` (window stores), ``session_start``/``session_end``
+    (session stores, both inclusive) and ``timestamp`` (timestamped and versioned stores)."""
+    from processor_api.state.windowed_types import (
+        SessionWindow,
+        ValueAndTimestamp,
+        VersionedRecord,
+        Windowed,
+    )
+
+    key, value = entry.key, entry.value
+    fields: dict[str, Any] = {}
+    if isinstance(key, Windowed):
+        window = key.window
+        fields["key"] = key.key
+        prefix = "session" if isinstance(window, SessionWindow) else "window"
+        fields[f"{prefix}_start"], fields[f"{prefix}_end"] = window.start, window.end
+    else:
+        fields["key"] = key
+    if isinstance(value, ValueAndTimestamp | VersionedRecord):
+        fields["value"], fields["timestamp"] = value.value, value.timestamp
+    else:
+        fields["value"] = value
+    return {"key": fields.pop("key"), "value": fields.pop("value"), **fields}
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps`` fallback for entry fields: bytes as base64 text, sets and tuples as lists,
+    anything else as its ``repr``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return repr(value)
