@@ -43,6 +43,33 @@ def test_a_task_waits_for_the_input_the_batch_cut_short(kafka, spark, tmp_path):
     assert [r.timestamp for r in records] == [5, 10, 20, 30]
 
 
+def test_max_task_idle_ms_runs_out_without_new_input(kafka, spark, tmp_path):
+    """Left has a record, right has none (lag 0): with max.task.idle.ms = 2_000 the task holds
+    the record back, and, no new input coming, the processing-time timeout wakes it when the
+    idle time runs out, so the record is processed (enforced) without any further data."""
+    run_id = uid()
+    left, right, output = f"idle-l-{run_id}", f"idle-r-{run_id}", f"idle-o-{run_id}"
+    for topic in (left, right, output):
+        kafka.create_topic(topic, 1)
+    produce(kafka.bootstrap_servers, left, [(b"k", b"l10", 0, 10)])
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        f"idle-{run_id}",
+        tmp_path / "state",
+        config={"max.task.idle.ms": 2_000},
+    )
+    with TopicReader(kafka.bootstrap_servers, output, bytes.decode, bytes.decode) as out:
+        with BackgroundRun(
+            "tests.integration.time_topologies:build_merge_order",
+            settings,
+            spark=spark,
+            topology_kwargs={"left": left, "right": right, "output": output},
+        ) as run:
+            records = out.wait_for(lambda r: len(r) >= 1, timeout_s=90, while_alive=run)
+            run.stop()
+    assert [r.value for r in records] == ["l10"]
+
+
 def test_stream_time_advances_on_an_idle_input(kafka, spark, tmp_path):
     """One record at 5_000, then nothing: with stream.time.idle.advance.ms = 1_000 the task's
     stream time moves with the wall clock, so its 1 s STREAM_TIME punctuation keeps firing
