@@ -52,7 +52,8 @@ Stores:
   (retention drops them); what is remembered is how far emission has gone. Each punctuation
   fetches, with one time-ranged ``fetch_all``, only the windows that closed since: starts in
   ``(last close - window_ms, close - window_ms]``, and none at all when no window boundary
-  was crossed. This is what Kafka Streams' own emit-on-window-close aggregation does (it keeps
+  was crossed; the store reads only the RocksDB segments of those starts (with the defaults,
+  a 60 s window per 60 s segment: the closed window's segment, not the open one's). This is what Kafka Streams' own emit-on-window-close aggregation does (it keeps
   the last emit close time as processor metadata committed with the task's offsets; a
   change-logged store is the Processor API's way to commit a value with the task). It costs
   one store write per emitting punctuation, where deleting each emitted window would add a
