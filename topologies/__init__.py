@@ -12,8 +12,9 @@ Modules:
   sub-topologies joined by a repartition topic (seed 001).
 * :mod:`topologies.product_count`: ``MyProductCountProcessor``, a count per product key whose
   totals are forwarded by a STREAM_TIME punctuation every second (seed 003).
-* :mod:`topologies.click_sessions`: per-session tumbling-window aggregation of click events,
-  one summary per session window emitted when stream time closes the window (seeds 001/002).
+* :mod:`topologies.click_sessions`: per-session tumbling-window aggregation of click events in
+  a window store, one summary per session window emitted when stream time closes the window
+  (seeds 001/002).
 * :mod:`topologies.captcha_join`: browser action counts joined with captcha verifications, asking
   for a captcha when an unverified browser reaches a number of actions (seed 003).
 """

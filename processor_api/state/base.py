@@ -66,6 +66,20 @@ class BytesStore(ABC):
         while iterating never make the iterator fail.
         """
 
+    def time_range(
+        self,
+        lo: bytes | None,
+        hi: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Like :meth:`range`, for a caller that wants only records whose timestamp (a window
+        start, a session end) is in ``[time_from, time_to]``: a time-segmented store reads
+        only the segments that can hold them. Other entries may still be returned (callers
+        filter by time); a store without segments reads the whole key range."""
+        return self.range(lo, hi, reverse)
+
     def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Iterate, in key order, the entries whose key starts with ``prefix``."""
         # Every key in [prefix, upper] starts with prefix, except possibly upper itself (last).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from processor_api.logging import get_logger
 from processor_api.state.base import BytesStore
@@ -104,6 +104,30 @@ class CachingBytesStore(BytesStore):
         self, lo: bytes | None, hi: bytes | None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         """Iterate ``lo <= key <= hi`` merging the dirty entries over the inner store's."""
+        return self._merged(lo, hi, reverse, lambda: self.inner.range(lo, hi, reverse))
+
+    def time_range(
+        self,
+        lo: bytes | None,
+        hi: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Like :meth:`range`, the inner store read with :meth:`BytesStore.time_range`."""
+
+        def inner() -> Iterator[tuple[bytes, bytes]]:
+            return self.inner.time_range(lo, hi, time_from, time_to, reverse)
+
+        return self._merged(lo, hi, reverse, inner)
+
+    def _merged(
+        self,
+        lo: bytes | None,
+        hi: bytes | None,
+        reverse: bool,
+        inner: Callable[[], Iterator[tuple[bytes, bytes]]],
+    ) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
         if lo is not None and hi is not None and lo > hi:
             return iter(())
@@ -112,11 +136,11 @@ class CachingBytesStore(BytesStore):
         stop = len(keys) if hi is None else bisect.bisect_right(keys, hi)
         dirty = self._dirty
         if start == stop:
-            return self.inner.range(lo, hi, reverse)
+            return inner()
         cached = [(key, dirty[key]) for key in keys[start:stop]]  # snapshot
         if reverse:
             cached.reverse()
-        return _merge(cached, self.inner.range(lo, hi, reverse), reverse)
+        return _merge(cached, inner(), reverse)
 
     def approximate_num_entries(self) -> int:
         """The inner store's estimate, corrected for the dirty entries.

@@ -68,6 +68,17 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
         """Read a range from the inner store."""
         return self.inner.range(lo, hi, reverse)
 
+    def time_range(
+        self,
+        lo: bytes | None,
+        hi: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Read a time-restricted range from the inner store."""
+        return self.inner.time_range(lo, hi, time_from, time_to, reverse)
+
     def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Prefix scan on the inner store."""
         return self.inner.prefix_scan(prefix)

@@ -158,10 +158,29 @@ class SegmentedBytesStore(BytesStore):
         self, lo: bytes | None, hi: bytes | None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``lo <= key <= hi`` in key order, merged across the live segments."""
+        return self._merged_range(lo, hi, sorted(self._segments, reverse=reverse), reverse)
+
+    def time_range(
+        self,
+        lo: bytes | None,
+        hi: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Like :meth:`range`, reading only the segments of timestamps ``time_from..time_to``
+        (Kafka Streams' ``segments(timeFrom, timeTo)``)."""
+        first = max(time_from, 0) // self.segment_interval
+        last = max(time_to, 0) // self.segment_interval
+        wanted = [s for s in self._segments if first <= s <= last]
+        return self._merged_range(lo, hi, sorted(wanted, reverse=reverse), reverse)
+
+    def _merged_range(
+        self, lo: bytes | None, hi: bytes | None, ordered: list[int], reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
         if lo is not None and hi is not None and lo > hi:
             return iter(())
-        ordered = sorted(self._segments, reverse=reverse)
         streams = [self._segment_range(segment, lo, hi, reverse) for segment in ordered]
         if not streams:
             return iter(())

@@ -184,8 +184,12 @@ class WindowStore(TimeOrderedStore):
                 return None  # another key whose bytes extend this one
             return KeyValue(window_start_of(stored), deserialize(data))
 
-        entries = base.bytes_store.range(
-            window_key(key_bytes, low, 0), window_key(key_bytes, high, MAX_SEQNUM), reverse
+        entries = base.bytes_store.time_range(
+            window_key(key_bytes, low, 0),
+            window_key(key_bytes, high, MAX_SEQNUM),
+            low,
+            high,
+            reverse,
         )
         return WindowStoreIterator(base, entries, decode)
 
@@ -226,7 +230,9 @@ class WindowStore(TimeOrderedStore):
             )
 
         upper = None if hi is None else upper_bound_for_keys_up_to(hi, WINDOW_SUFFIX)
-        entries: Iterator[tuple[bytes, bytes]] = base.bytes_store.range(lo, upper, reverse)
+        entries: Iterator[tuple[bytes, bytes]] = base.bytes_store.time_range(
+            lo, upper, low, high, reverse
+        )
         return StoreIterator(base, entries, decode)
 
     def fetch_all(self, time_from: int, time_to: int) -> StoreIterator:

@@ -449,3 +449,39 @@ def test_negative_window_start_is_rejected(window):
         r"\(epoch ms\), got -5",
     ):
         window.put(1, "x", -5)
+
+
+def test_time_ranged_fetches_read_only_the_segments_of_their_times(stack, window, caching):
+    """As Kafka Streams' ``segments(timeFrom, timeTo)``: fetch_all and fetch over a time
+    range open only the segments holding window starts in that range."""
+    starts = [10, SEGMENT_INTERVAL + 10, 2 * SEGMENT_INTERVAL + 5]  # segments 0, 1, 2
+    for key, start in enumerate(starts):
+        window.put(key, f"v{key}", start)
+    stack.flush()
+    segmented = stack.inner
+    assert segmented.segment_ids == [0, 1, 2]
+    read: list[int] = []
+    backing_range = segmented.backing.range
+
+    def recording_range(lo, hi, reverse=False):
+        read.append(int.from_bytes(lo[:8], "big"))
+        return backing_range(lo, hi, reverse)
+
+    segmented.backing.range = recording_range
+    assert list(window.fetch_all(SEGMENT_INTERVAL, SEGMENT_INTERVAL + 100)) == [
+        pair(1, "v1", SEGMENT_INTERVAL + 10)
+    ]
+    assert read == [1]
+    read.clear()
+    assert list(window.backward_fetch_all(0, SEGMENT_INTERVAL + 10)) == [
+        pair(1, "v1", SEGMENT_INTERVAL + 10),
+        pair(0, "v0", 10),
+    ]
+    assert sorted(read) == [0, 1]
+    read.clear()
+    assert list(window.fetch(2, 2 * SEGMENT_INTERVAL, MAX)) == [(2 * SEGMENT_INTERVAL + 5, "v2")]
+    assert list(window.fetch(0, 0, 20)) == [(10, "v0")]
+    assert read == [2, 0]
+    read.clear()
+    assert len(list(window.all())) == 3
+    assert read == [0, 1, 2]
