@@ -22,9 +22,11 @@ segment 0. Phases, each on the filled store of the run before it:
 
 Next to expiry, the contender a naive implementation pays: a key-value store (same supplier
 kind) holding the same ``entries`` stored keys deletes the same half one by one
-(``KeyValueStore.delete``, change-logged, one commit). Contenders alternate (window RocksDB,
-window in-memory, key-value RocksDB, key-value in-memory; the order rotates each repetition).
-After the repetitions the slowest window phase is run once more under cProfile.
+(change-logged, one commit), once with ``KeyValueStore.delete`` (which reads the old value
+first) and once with ``put(key, None)`` (no read). Contenders alternate (the two window stores,
+the four key-value ones; the order rotates each repetition).
+After the repetitions the slowest window phase and the slowest key-value phase are run
+once more each under cProfile.
 
 Writes ``bench/results/window-store-<entries>.json``.
 """
@@ -210,8 +212,14 @@ def run_window(kind: str, shape: Shape, root: Path, profile: str | None = None) 
     }
 
 
-def run_key_value(kind: str, shape: Shape, root: Path) -> dict:
-    """The naive contender: the same stored keys in a key-value store, half deleted one by one."""
+def run_key_value(
+    kind: str, shape: Shape, root: Path, how: str, profile: str | None = None
+) -> dict:
+    """The naive contender: the same stored keys in a key-value store, half deleted one by one.
+
+    ``how="delete"``: ``KeyValueStore.delete(key)`` (reads the old value, as Kafka Streams'
+    ``delete`` returns it); ``how="put_none"``: ``put(key, None)`` (no read).
+    """
     from processor_api import Serdes, Stores
     from processor_api.state.key_schemas import window_key
     from processor_api.state.manager import wipe_application_state
@@ -225,7 +233,7 @@ def run_key_value(kind: str, shape: Shape, root: Path) -> dict:
     stores = _task_stores(root, builder)
     store, commit = stores.build(builder, lambda: 0).store, Committer(stores, STORE)
     key_bytes = [shape.key(i).encode() for i in range(shape.keys)]
-    phases = Phases()
+    phases = Phases(profile)
     with phases.timed("put"):
         pending = 0
         for w in range(shape.windows):
@@ -243,8 +251,12 @@ def run_key_value(kind: str, shape: Shape, root: Path) -> dict:
         for key in key_bytes
     ]
     with phases.timed("delete_one_by_one"):
-        for key in doomed:
-            store.delete(key)
+        if how == "delete":
+            for key in doomed:
+                store.delete(key)
+        else:
+            for key in doomed:
+                store.put(key, None)
         commit()
     left = _stored_count(stores, STORE)
     stores.close()
@@ -254,6 +266,7 @@ def run_key_value(kind: str, shape: Shape, root: Path) -> dict:
         "deleted": len(doomed),
         "stored_after_delete": left,
         "changelog_records": commit.offset,
+        "profile": phases.profile_text,
     }
 
 
@@ -261,8 +274,12 @@ def _contenders(shape: Shape, root: Path) -> dict[str, Callable[[], dict]]:
     return {
         "window, rocksdb": lambda: run_window("rocksdb", shape, root),
         "window, in-memory": lambda: run_window("in-memory", shape, root),
-        "key-value, rocksdb": lambda: run_key_value("rocksdb", shape, root),
-        "key-value, in-memory": lambda: run_key_value("in-memory", shape, root),
+        "key-value, rocksdb, delete()": lambda: run_key_value("rocksdb", shape, root, "delete"),
+        "key-value, in-memory, delete()": lambda: run_key_value("in-memory", shape, root, "delete"),
+        "key-value, rocksdb, put(None)": lambda: run_key_value("rocksdb", shape, root, "put_none"),
+        "key-value, in-memory, put(None)": lambda: run_key_value(
+            "in-memory", shape, root, "put_none"
+        ),
     }
 
 
@@ -290,13 +307,14 @@ def _summary(runs: list[dict], shape: Shape) -> dict[str, Any]:
         summary[contender] = phases
     for kind in KINDS:
         window = summary.get(f"window, {kind}", {}).get("expiry", {}).get("seconds", {})
-        naive = summary.get(f"key-value, {kind}", {}).get("delete_one_by_one", {})
-        if window.get("median") and naive:
-            summary[f"expiry vs delete one by one, {kind}"] = {
-                "segment_drop_s_median": window["median"],
-                "delete_one_by_one_s_median": naive["seconds"]["median"],
-                "speedup": naive["seconds"]["median"] / window["median"],
-            }
+        for how in ("delete()", "put(None)"):
+            naive = summary.get(f"key-value, {kind}, {how}", {}).get("delete_one_by_one", {})
+            if window.get("median") and naive:
+                summary[f"expiry vs {how} one by one, {kind}"] = {
+                    "segment_drop_s_median": window["median"],
+                    "delete_one_by_one_s_median": naive["seconds"]["median"],
+                    "ratio": naive["seconds"]["median"] / window["median"],
+                }
     return summary
 
 
@@ -324,6 +342,42 @@ def _checks(runs: list[dict], shape: Shape) -> dict[str, bool]:
     }
 
 
+def _slowest(summary: dict[str, Any], prefix: str) -> tuple[str, str]:
+    return max(
+        (
+            (contender, phase)
+            for contender, phases in summary.items()
+            if contender.startswith(prefix)
+            for phase in phases
+            if phase != "first_fetch"
+        ),
+        key=lambda cp: summary[cp[0]][cp[1]]["seconds"]["median"],
+    )
+
+
+def _profile_slowest(shape: Shape, root: Path, summary: dict[str, Any]) -> list[dict]:
+    """One cProfile run of the slowest window phase and of the slowest contender phase."""
+    profiles = []
+    for prefix in ("window", "key-value"):
+        contender, phase = _slowest(summary, prefix)
+        log(f"cProfile of the slowest {prefix} phase: {contender}: {phase}")
+        kind = "rocksdb" if "rocksdb" in contender else "in-memory"
+        if prefix == "window":
+            again = run_window(kind, shape, root, profile=phase)
+        else:
+            how = "delete" if "delete()" in contender else "put_none"
+            again = run_key_value(kind, shape, root, how, profile=phase)
+        profiles.append(
+            {
+                "contender": contender,
+                "phase": phase,
+                "seconds_under_profile": again["seconds"][phase],
+                "top_by_tottime": again["profile"],
+            }
+        )
+    return profiles
+
+
 def run(shape: Shape, reps: int, profile: bool = True) -> dict[str, Any]:
     """The alternating repetitions, their summary, and one cProfile of the slowest phase."""
     root = Path(tempfile.mkdtemp(prefix="bench-window-store-"))
@@ -348,20 +402,7 @@ def run(shape: Shape, reps: int, profile: bool = True) -> dict[str, Any]:
                     }
                 )
         summary = _summary(runs, shape)
-        profiled = None
-        if profile:
-            kind, phase = max(
-                ((k, p) for k in KINDS for p in summary[f"window, {k}"] if p != "first_fetch"),
-                key=lambda kp: summary[f"window, {kp[0]}"][kp[1]]["seconds"]["median"],
-            )
-            log(f"cProfile of the slowest phase: {phase}, {kind}")
-            again = run_window(kind, shape, root, profile=phase)
-            profiled = {
-                "contender": f"window, {kind}",
-                "phase": phase,
-                "seconds_under_profile": again["seconds"][phase],
-                "top_by_tottime": again["profile"],
-            }
+        profiled = _profile_slowest(shape, root, summary) if profile else []
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {
@@ -378,7 +419,7 @@ def run(shape: Shape, reps: int, profile: bool = True) -> dict[str, Any]:
         "runs": runs,
         "summary": summary,
         "checks": _checks(runs, shape),
-        "profile": profiled,
+        "profiles": profiled,
     }
 
 
