@@ -28,10 +28,12 @@ def _latest() -> dict[str, Any] | None:
     return json.loads(files[-1].read_text()) if files else None
 
 
-def _cell(phase: dict[str, Any] | None) -> str:
+def _cell(phase: dict[str, Any] | None, rate: bool = True) -> str:
     if not phase or phase["seconds"]["median"] is None:
         return "-"
     s = phase["seconds"]
+    if not rate:  # a single operation: its time, not a rate
+        return f"{s['median'] * 1000:,.1f} ms ({s['min'] * 1000:,.1f}-{s['max'] * 1000:,.1f})"
     return f"{phase['per_s_median']:,.0f}/s ({s['median']:.3f} s, {s['min']:.3f}-{s['max']:.3f})"
 
 
@@ -61,15 +63,15 @@ def window_store_section() -> list[str]:
     ]
     rocks, memory = summary.get("window, rocksdb", {}), summary.get("window, in-memory", {})
     for key, label in _PHASES:
-        unit = (rocks.get(key) or memory.get(key) or {}).get("unit", "")
-        out.append(f"| {label} | {_cell(rocks.get(key))} | {_cell(memory.get(key))} | {unit} |")
+        phase = rocks.get(key) or memory.get(key) or {}
+        unit = f"{phase['items']:,} {phase['unit']}" if phase else ""
+        rate = key != "expiry"
+        cells = f"{_cell(rocks.get(key), rate)} | {_cell(memory.get(key), rate)}"
+        out.append(f"| {label} | {cells} | {unit} |")
     first = [summary.get(f"window, {k}", {}).get("first_fetch") for k in ("rocksdb", "in-memory")]
     if all(first):
-        out.append(
-            "| first fetch after the fill (alone) | "
-            + " | ".join(f"{f['seconds']['median'] * 1000:.1f} ms" for f in first)
-            + " | one call |"
-        )
+        cells = " | ".join(_cell(f, rate=False) for f in first)
+        out.append(f"| first fetch after the fill (alone) | {cells} | one call |")
     out += [
         "",
         "Expiry against the contender a naive store pays: a key-value store of the same kind "
