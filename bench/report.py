@@ -13,6 +13,7 @@ from typing import Any
 from bench.common import OUTPUT_DIR, RESULTS_DIR, log
 from bench.report_issue12 import issue12_section
 from bench.report_issue14 import issue14_section
+from bench.report_window_store import window_store_section
 
 NOTES_FILE = OUTPUT_DIR / "NOTES.md"  # hand-written analysis appended to the report
 
@@ -533,6 +534,7 @@ def write_report() -> Path:
     prof, mode = _load("profiles")
     if prof:
         _profiles(prof, mode, body)
+    out += window_store_section()
     out += issue14_section()
     out += issue12_section()
     out += issue11_section()
