@@ -535,8 +535,8 @@ def write_report() -> Path:
     if prof:
         _profiles(prof, mode, body)
     out += window_store_section()
-    out += issue14_section()
     out += issue12_section()
+    out += issue14_section()
     out += issue11_section()
     out += [
         "## Targets of issue 5 (ratios measured in the same run)",

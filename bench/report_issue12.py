@@ -109,4 +109,4 @@ def issue12_section() -> list[str]:
             render(data, body)
         except Exception as exc:  # noqa: BLE001 - a broken section must not hide the others
             body += [f"Could not render {name}: {exc!r}", ""]
-    return ["## Issue 12: window, session, versioned and global stores", "", *body] if body else []
+    return ["## Issue 12: windowed aggregation on Spark, global stores", "", *body] if body else []
