@@ -172,9 +172,10 @@ class CrashScenario:
                     timeout,
                     after,
                 )
-                # kill once the next task has produced output records that are not committed
-                # yet (its open transaction, under exactly-once); if it produces none within
-                # the bound, kill anyway
+                # kill once the next task has produced output records that no commit marker
+                # follows yet (its open transaction, under exactly-once: records whose
+                # transaction already committed do not count); if none within the bound,
+                # kill anyway
                 marks = high_watermarks(self.bootstrap, self.output_topic, self.partitions)
                 deadline = time.monotonic() + self.mid_batch_wait_s
                 produced = 0

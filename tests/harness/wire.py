@@ -225,7 +225,8 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
 
 class OutputWatch:
     """Polls partitions of a topic (raw Fetch, one connection) for data records at or after
-    given offsets, committed or not: the records of an open transaction count too."""
+    given offsets that no transaction marker follows yet: the records of a transaction still
+    open (or of non-transactional producers, which write no markers)."""
 
     def __init__(self, bootstrap: str, topic: str, start: dict[int, int]) -> None:
         self.sock = connect(bootstrap)
@@ -241,9 +242,13 @@ class OutputWatch:
             )
             if high_watermark <= offset:
                 continue
+            unmarked = 0
             for batch in _batches(data):
-                if not batch.control:
-                    total += sum(1 for o, _, _ in batch.records if o >= offset)
+                if batch.control:
+                    unmarked = 0  # a COMMIT or ABORT marker ends the records before it
+                else:
+                    unmarked += sum(1 for o, _, _ in batch.records if o >= offset)
+            total += unmarked
         return total
 
     def close(self) -> None:
