@@ -61,15 +61,41 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _task_hosts_of(daemons: set[int]) -> list[int]:
+    """Task hosts started under one of the pyspark ``daemons`` (their last-but-one argument).
+
+    A host runs in its own session and outlives the worker that started it, so once that
+    worker exited it is no descendant of the CLI any more; it stops by itself only when it
+    sees its daemon gone (within ``task_host.WATCH_INTERVAL_S``), time enough to finish and
+    commit the batch a crash should have cut off.
+    """
+    hosts = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "processor_api.spark.task_host" in argv and len(argv) >= 7:
+            with contextlib.suppress(ValueError):
+                if int(argv[-3]) in daemons:
+                    hosts.append(int(entry))
+    return hosts
+
+
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> set[int]:
     """Send ``sig`` to the process group of ``pid``, to every descendant and to its group;
     returns the process groups signalled. Call it while ``pid`` is not reaped yet.
 
     PySpark's worker daemon calls ``setpgid(0, 0)``, so killing the CLI's group alone would
     leave the Python workers running a task (holding its lock, producing) until the daemon
-    notices its JVM is gone. A crash kills them all at once; so does this.
+    notices its JVM is gone. A crash kills them all at once; so does this, task hosts that
+    no longer descend from the CLI included.
     """
     tree = descendants(pid)
+    tree += [h for h in _task_hosts_of(set(tree)) if h not in tree]
     table = _proc_table()
     groups = {pid} | {table[p][1] for p in tree if p in table}
     for group in groups:
