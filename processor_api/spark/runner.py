@@ -155,6 +155,7 @@ class TopologyRunner:
                 "dead_letter_topic": self.config.dead_letter_topic,
                 "max_task_idle_ms": self.config.max_task_idle_ms,
                 "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
+                "state_restore_listener": self.config.state_restore_listener,
                 **self.config.extra,
             },
             log_format=self.settings.log_format,

@@ -146,7 +146,7 @@ class PausingRestoreListener(StateRestoreListener):
     """Holds every restored batch for ``PAUSE_S`` before the restore goes on, so that a test
     can kill the process while a restore is in flight however small the changelog is."""
 
-    PAUSE_S = 2.0
+    PAUSE_S = 5.0
 
     def on_batch_restored(self, topic_partition, store_name, batch_end_offset, num_restored):
         get_logger("tests.restore_listener").info(
