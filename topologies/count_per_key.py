@@ -50,26 +50,19 @@ class CountProcessor(Processor):
             self.context.forward(record.with_value(count))  # type: ignore[union-attr]
 
 
-class WindowedCountProcessor(Processor):
+class WindowedCountProcessor(CountProcessor):
     """``store[key, window] += 1`` for the tumbling window of the record's timestamp."""
 
     def __init__(self, store_name: str, window_ms: int, forward: bool = False) -> None:
-        self.store_name = store_name
+        super().__init__(store_name, forward)
         self.window_ms = window_ms
-        self.forward = forward
-        self.context: ProcessorContext | None = None
-        self.store: WindowStore | None = None
-
-    def init(self, context: ProcessorContext) -> None:
-        self.context = context
-        self.store = context.get_state_store(self.store_name)
 
     def process(self, record: Record) -> None:
         key = record.key
         if key is None:
             return
         start = record.timestamp - record.timestamp % self.window_ms
-        store = self.store
+        store: WindowStore = self.store  # type: ignore[assignment]
         count = (store.fetch(key, start) or 0) + 1  # type: ignore[union-attr]
         store.put(key, count, start)  # type: ignore[union-attr]
         if self.forward:
