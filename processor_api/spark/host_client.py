@@ -130,6 +130,36 @@ def connect_or_start(task_dir: Path, log_format: str) -> socket.socket:
     raise StreamsError(f"the task host for {task_dir} did not listen within {START_TIMEOUT_S:g}s")
 
 
+REQUEST_ATTEMPTS = 3
+
+
+def exchange(
+    task_dir: Path, log_format: str, message: dict[str, Any], attempts: int = REQUEST_ATTEMPTS
+) -> dict[str, Any]:
+    """Send ``message`` to the host of ``task_dir`` (started if needed) and return its reply.
+
+    A host that is closing (the end of a run, or letting the task go to another host) drops
+    the connections that reached it just before it stopped listening, unread; such a request
+    is sent again, to a new host. Sending a batch twice is safe: a task adopts its last commit
+    marker and skips what that says was processed, as when Spark re-runs a batch.
+    """
+    failure = "it closed the connection without a reply"
+    for _ in range(attempts):
+        with connect_or_start(task_dir, log_format) as connection:
+            try:
+                send_message(connection, message)
+                reply = receive_message(connection)
+            except (ConnectionError, OSError) as exc:
+                failure = f"the connection failed: {exc}"
+                continue
+        if reply is not None:
+            return reply
+    raise ConnectionError(
+        f"the task host for {task_dir} gave no reply to {message.get('op')!r} "
+        f"in {attempts} attempts ({failure})"
+    )
+
+
 def raise_remote_error(reply: dict[str, Any]) -> None:
     """Raise the error a host reported, as the same processor_api error type when there is one."""
     name, text = reply["error_type"], reply["message"]

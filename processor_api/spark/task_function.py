@@ -25,12 +25,7 @@ import pandas as pd
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.logging import configure_logging, get_logger
-from processor_api.spark.host_client import (
-    connect_or_start,
-    raise_remote_error,
-    receive_message,
-    send_message,
-)
+from processor_api.spark.host_client import exchange, raise_remote_error
 from processor_api.spark.job import JobSpec
 from processor_api.spark.task_keys import task_id_of
 from processor_api.spark.task_runner import InputRange
@@ -87,11 +82,7 @@ def run_task(
         "state": state.get[0] if state.exists else None,
         "ranges": ranges,
     }
-    with connect_or_start(directory, spec.log_format) as connection:
-        send_message(connection, request)
-        reply = receive_message(connection)
-    if reply is None:
-        raise ConnectionError(f"task {task_id}: the task host closed the connection mid-batch")
+    reply = exchange(directory, spec.log_format, request)
     if not reply["ok"]:
         raise_remote_error(reply)
     result = reply["result"]

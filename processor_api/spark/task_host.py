@@ -6,7 +6,8 @@ as ``python -m processor_api.spark.task_host NAME TASK_DIR DAEMON_PID LOG_FORMAT
 * binds the abstract socket ``NAME`` (a second host for the same name exits at once);
 * serves one request per connection: ``batch`` (run a micro-batch), ``close`` (close the
   task and exit: the end of a run) and ``release`` (another host on this machine wants the
-  task: close it and exit);
+  task: close it and exit); on ``close`` and ``release`` it stops listening first, so no
+  request can queue behind a host that is about to exit;
 * between requests, fires the task's wall-clock punctuations when they are due (see
   ``TaskRunner.punctuate_due``), so they do not wait for the next micro-batch;
 * takes the task directory's lock on its first batch and holds it until it closes, asking a
@@ -175,6 +176,11 @@ def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
                 continue
             if message is None:
                 continue
+            if message.get("op") in ("close", "release"):
+                # Stop listening before closing the task: a worker that connects meanwhile is
+                # refused and starts a new host (which waits for the task's lock), instead of
+                # queueing behind this host and losing its connection when the host exits.
+                server.close()
             reply, exit_after = host.handle(message)
             try:
                 send_message(connection, reply)

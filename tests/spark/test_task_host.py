@@ -1,0 +1,121 @@
+"""A task host that is closing takes no new requests, and a worker re-sends a dropped one.
+
+The race these cover: the driver closes the hosts at the end of a run; a worker of the next
+run connected to a host still closing its task, was queued in its listen backlog, and lost
+the connection unanswered when the host exited ("the task host closed the connection
+mid-batch", seen in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor_api.spark import task_host
+from processor_api.spark.host_client import (
+    _connect,
+    exchange,
+    receive_message,
+    request,
+    send_message,
+    socket_name,
+)
+
+WAIT_S = 10.0
+
+
+class _ClosingSlowly(task_host.TaskHost):
+    """A host whose task close waits until the test lets it finish."""
+
+    closing = threading.Event()
+    may_finish = threading.Event()
+
+    def _close(self) -> None:
+        self.closing.set()
+        assert self.may_finish.wait(WAIT_S)
+
+
+def _wait_listening(name: str) -> None:
+    for _ in range(1000):
+        probe = _connect(name)
+        if probe is not None:
+            probe.close()
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"host {name} never listened")
+
+
+def test_a_host_closing_its_task_refuses_new_connections(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(task_host, "TaskHost", _ClosingSlowly)
+    _ClosingSlowly.closing.clear()
+    _ClosingSlowly.may_finish.clear()
+    name = f"processor-api-test-{uuid.uuid4().hex}"
+    server = threading.Thread(target=task_host.serve, args=(name, tmp_path, os.getpid()))
+    server.start()
+    _wait_listening(name)
+    replies: list[Any] = []
+    closer = threading.Thread(target=lambda: replies.append(request(name, {"op": "close"})))
+    closer.start()
+    try:
+        assert _ClosingSlowly.closing.wait(WAIT_S)
+        # a worker connecting now must be refused (and start a new host), not be queued
+        late = _connect(name)
+        if late is not None:
+            late.close()
+        assert late is None, "the closing host still accepted a connection into its backlog"
+    finally:
+        _ClosingSlowly.may_finish.set()
+        closer.join(WAIT_S)
+        server.join(WAIT_S)
+    assert replies == [{"ok": True}]
+    assert not server.is_alive()
+
+
+def _fake_host(task_dir: Path, drop_first: int) -> tuple[threading.Thread, list[Any]]:
+    """A listener under the name a worker computes for ``task_dir``: it drops ``drop_first``
+    connections unread, then answers one request with its own count of connections."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + socket_name(task_dir, os.getppid()))
+    listener.listen(8)
+    received: list[Any] = []
+
+    def serve() -> None:
+        with listener:
+            for connection_number in range(1, drop_first + 2):
+                connection, _ = listener.accept()
+                with connection:
+                    if connection_number <= drop_first:
+                        continue
+                    received.append(receive_message(connection))
+                    send_message(connection, {"ok": True, "connection": connection_number})
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, received
+
+
+def test_a_request_dropped_unread_is_sent_again(tmp_path: Path) -> None:
+    thread, received = _fake_host(tmp_path, drop_first=2)
+    reply = exchange(tmp_path, "console", {"op": "batch", "n": 7}, attempts=3)
+    thread.join(WAIT_S)
+    assert reply == {"ok": True, "connection": 3}
+    assert received == [{"op": "batch", "n": 7}]
+
+
+def test_a_host_that_never_replies_is_an_error_naming_the_request(tmp_path: Path) -> None:
+    thread, _ = _fake_host(tmp_path, drop_first=2)
+    with pytest.raises(ConnectionError, match=r"gave no reply to 'batch' in 2 attempts"):
+        exchange(tmp_path, "console", {"op": "batch"}, attempts=2)
+    # let the fake host's last accept return
+    extra = _connect(socket_name(tmp_path, os.getppid()))
+    if extra is not None:
+        with extra:
+            send_message(extra, {"op": "done"})
+            receive_message(extra)
+    thread.join(WAIT_S)
