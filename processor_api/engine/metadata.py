@@ -6,17 +6,34 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: Writer runs a commit state keeps: a writer changes only when a task restarts or a batch
+#: aborts, so this covers that many restarts of a task behind its slowest reader.
+MAX_WRITER_RUNS = 256
+
 
 @dataclass
 class CommitState:
-    """Where a task's exactly-once commits stand (unused under at-least-once).
+    """Where a task's commits stand.
 
-    * ``sequence``: number of the task's last committed transaction (0: none yet);
-    * ``marker_end``: offset after that transaction's commit marker in the marker topic.
+    * ``sequence``: number of the task's last committed batch (0: none yet);
+    * ``marker_end``: offset after that batch's commit marker in the marker topic;
+    * ``writers``: under exactly-once, which writer (transactional producer instance)
+      committed which batches, as runs ``[first sequence, writer]`` in sequence order, the
+      last :data:`MAX_WRITER_RUNS` of them: a reader of the task's repartition records tells
+      committed from aborted ones by it (``kafka/batch_stamps.py``).
     """
 
     sequence: int = 0
     marker_end: int = 0
+    writers: list[list[Any]] = field(default_factory=list)
+
+    def committing(self, sequence: int, writer: str | None) -> CommitState:
+        """The state once batch ``sequence`` commits, written by ``writer`` (None: not kept)."""
+        writers = [list(run) for run in self.writers]
+        if writer is not None and (not writers or writers[-1][1] != writer):
+            writers.append([sequence, writer])
+            del writers[:-MAX_WRITER_RUNS]
+        return CommitState(sequence, 0, writers)
 
 
 @dataclass
@@ -60,6 +77,10 @@ class TaskMetadata:
             input_positions={k: int(v) for k, v in data.get("input_positions", {}).items()},
             schedules=dict(data.get("schedules", {})),
             changelog_offsets={k: int(v) for k, v in data.get("changelog_offsets", {}).items()},
-            commit=CommitState(int(commit["sequence"]), int(commit["marker_end"])),
+            commit=CommitState(
+                int(commit["sequence"]),
+                int(commit["marker_end"]),
+                [[int(first), str(writer)] for first, writer in commit.get("writers", [])],
+            ),
             extra=extra,
         )

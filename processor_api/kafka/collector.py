@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from processor_api.kafka.admin import topic_partitions
+from processor_api.kafka.batch_stamps import STAMP_HEADER, BatchStamp
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.producer import DeliveryTracker
 from processor_api.logging import get_logger
@@ -37,21 +38,32 @@ class KafkaCollector:
         bootstrap_servers: str,
         *,
         kafka: KafkaClientConfig | None = None,
+        stamped_topics: frozenset[str] = frozenset(),
     ) -> None:
         self.tracker = tracker
         self._bootstrap = bootstrap_servers
         self._kafka = kafka
         self._partition_counts: dict[str, int] = {}
         self.sent = 0
+        self._stamped_topics = stamped_topics
+        self._stamp: tuple[str, bytes] | None = None
+
+    def stamp_batch(self, stamp: BatchStamp | None) -> None:
+        """Stamp the records sent to the stamped (repartition) topics from now on with
+        ``stamp`` (None: no stamp); see ``batch_stamps.py``."""
+        self._stamp = None if stamp is None else (STAMP_HEADER, stamp.encode())
 
     def send(self, record: ProducedRecord) -> None:
+        headers = record.headers
+        if self._stamp is not None and record.topic in self._stamped_topics:
+            headers = (*headers, self._stamp)
         self.tracker.produce(
             record.topic,
             record.key,
             record.value,
             partition=record.partition,
             timestamp=record.timestamp,
-            headers=record.headers or None,
+            headers=headers or None,
         )
         self.sent += 1
 
@@ -59,8 +71,14 @@ class KafkaCollector:
         self, topic: str, entries: list[tuple[bytes | None, bytes | None]], timestamp: int
     ) -> None:
         """Produce serialized ``(key, value)`` records to ``topic`` with one timestamp, no
-        headers, partitioned by key: the bulk path of a punctuation forwarding a store."""
-        self.tracker.produce_values(topic, entries, timestamp)
+        headers (but a batch stamp), partitioned by key: the bulk path of a punctuation
+        forwarding a store."""
+        if self._stamp is not None and topic in self._stamped_topics:
+            stamp, at = [self._stamp], None if timestamp < 0 else timestamp
+            for key, value in entries:
+                self.tracker.produce(topic, key, value, timestamp=at, headers=stamp)
+        else:
+            self.tracker.produce_values(topic, entries, timestamp)
         self.sent += len(entries)
 
     def partition_count(self, topic: str) -> int:

@@ -111,7 +111,7 @@ class TransactionalProducers:
             INIT_TIMEOUT_S,
             lambda: producer.init_transactions(INIT_TIMEOUT_S),
         )
-        instance = uuid.uuid4().hex
+        instance = uuid.uuid4().hex[:16]
         directory.mkdir(parents=True, exist_ok=True)
         tmp = owner_path.with_suffix(".tmp")
         tmp.write_text(instance)
@@ -120,6 +120,10 @@ class TransactionalProducers:
         self._producers[task_id] = (tracker, instance)
         _log.info("transactional_producer_ready", task=task_id, transactional_id=txn_id)
         return tracker
+
+    def instance_of(self, task_id: str) -> str:
+        """The instance id of the task's current producer (see :meth:`for_task`)."""
+        return self._producers[task_id][1]
 
     def drop(self, task_id: str) -> None:
         """Forget a task's producer (after a fatal error or fencing)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from processor_api.engine.metadata import CommitState, TaskMetadata
+from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.group import GroupCommitter, to_topic_partitions
 from processor_api.kafka.names import commit_marker_topic, transactional_id
@@ -53,6 +53,11 @@ class Guarantee(Protocol):
     @property
     def producer(self) -> DeliveryTracker:
         """The producer every sink and changelog record of the task goes through."""
+
+    @property
+    def writer(self) -> str | None:
+        """Who writes the open batch's transaction (see ``kafka/batch_stamps.py``); None when
+        batches are not transactions."""
 
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
         """The metadata to resume from, given what Spark's state holds."""
@@ -118,7 +123,9 @@ class CommitLog:
         if marker is None or marker.sequence <= metadata.commit.sequence:
             return metadata
         adopted = TaskMetadata.from_json(marker.metadata_json)
-        adopted.commit = CommitState(marker.sequence, marker.offset + 1)
+        adopted.commit = replace(
+            adopted.commit, sequence=marker.sequence, marker_end=marker.offset + 1
+        )
         self._log.warning(
             "committed_batch_adopted",
             sequence=marker.sequence,
@@ -129,10 +136,15 @@ class CommitLog:
         )
         return adopted
 
-    def send(self, tracker: DeliveryTracker, metadata: TaskMetadata) -> TaskMetadata:
-        """Send the next marker for ``metadata`` (not waited for); returns it numbered."""
+    def send(
+        self, tracker: DeliveryTracker, metadata: TaskMetadata, writer: str | None = None
+    ) -> TaskMetadata:
+        """Send the next marker for ``metadata`` (not waited for); returns it numbered.
+
+        ``writer``: the transactional producer instance committing the batch (exactly-once).
+        """
         sequence = metadata.commit.sequence + 1
-        marked = replace(metadata, commit=CommitState(sequence, 0))
+        marked = replace(metadata, commit=metadata.commit.committing(sequence, writer))
         tracker.produce(
             self.topic,
             self._task_id.encode(),
@@ -192,6 +204,8 @@ class AtLeastOnce:
             )
         return self._tracker
 
+    writer = None  # no transactions: a re-sent batch's records are duplicates by contract
+
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
         return self._markers.newer(metadata)
 
@@ -207,7 +221,7 @@ class AtLeastOnce:
         marked = self._markers.send(tracker, metadata)
         tracker.flush_and_check(self._flush_timeout_s)
         committed = replace(
-            marked, commit=CommitState(marked.commit.sequence, self._markers.end_after_ack(tracker))
+            marked, commit=replace(marked.commit, marker_end=self._markers.end_after_ack(tracker))
         )
         self._group.commit(offsets)
         return committed
@@ -255,6 +269,13 @@ class ExactlyOnce:
         # another process took the task over since (its owner file changed)
         return self._producers.for_task(self._app, self._task_id, self._directory)
 
+    @property
+    def writer(self) -> str:
+        """The id of the task's transactional producer instance: a new one after every abort,
+        restart or takeover, so a retried batch never has the writer of its aborted attempt."""
+        self.producer  # noqa: B018 - makes (and initializes) the producer if there is none
+        return self._producers.instance_of(self._task_id)
+
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
         return self._markers.newer(metadata)
 
@@ -273,7 +294,7 @@ class ExactlyOnce:
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """Add the commit marker and the input offsets to the transaction and commit it."""
         tracker = self.producer
-        marked = self._markers.send(tracker, metadata)
+        marked = self._markers.send(tracker, metadata, self.writer)
         tracker.flush_and_check(self._flush_timeout_s)
         marker_end = self._markers.end_after_ack(tracker)
         if offsets:
@@ -296,7 +317,7 @@ class ExactlyOnce:
             lambda: tracker.producer.commit_transaction(self._flush_timeout_s),
         )
         self._in_transaction = False
-        return replace(marked, commit=CommitState(marked.commit.sequence, marker_end))
+        return replace(marked, commit=replace(marked.commit, marker_end=marker_end))
 
     def abandon(self) -> None:
         if self._in_transaction:

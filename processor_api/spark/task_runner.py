@@ -37,14 +37,15 @@ from processor_api.engine.metadata import CommitState, TaskMetadata
 from processor_api.engine.records import InputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
+from processor_api.kafka.batch_stamps import BatchStamp, CommittedBatches
 from processor_api.kafka.collector import KafkaCollector
-from processor_api.kafka.names import changelog_topic
+from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
 from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
 from processor_api.spark.global_stores import GlobalStores
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
-from processor_api.spark.input_records import read_ranges
+from processor_api.spark.input_records import drop_aborted, read_ranges
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.spark.pending_input import (
     HeldBackInput,
@@ -117,6 +118,10 @@ class TaskRunner:
         self._batch_open = False
         self._last_batch_end: float | None = None
         self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
+        # repartition topics: written stamped (exactly-once), read with stamps checked
+        self._internal_topics = frozenset(topology.internal_topics())
+        self._stamped_inputs = self._internal_topics & set(subtopology.source_topics)
+        self._committed_batches: CommittedBatches | None = None
         self.inits = 0
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
@@ -246,6 +251,11 @@ class TaskRunner:
         if not self._batch_open:
             self._guarantee.begin()
             self._batch_open = True
+            writer = self._guarantee.writer
+            if self._collector is not None and writer is not None:
+                self._collector.stamp_batch(
+                    BatchStamp(self.task_id, self._commit_state.sequence + 1, writer)
+                )
 
     def _abandon_open_batch(self) -> None:
         """Drop what a punctuation between batches left uncommitted, if anything."""
@@ -285,7 +295,10 @@ class TaskRunner:
             source_changelogs=frozenset(sources),
         )
         collector = KafkaCollector(
-            self._guarantee.producer, self.spec.bootstrap_servers, kafka=self.spec.kafka
+            self._guarantee.producer,
+            self.spec.bootstrap_servers,
+            kafka=self.spec.kafka,
+            stamped_topics=self._internal_topics if self.config.exactly_once else frozenset(),
         )
         task = Task(
             subtopology=self.subtopology,
@@ -364,7 +377,30 @@ class TaskRunner:
                 fetch=LARGE_FETCH,
                 kafka=self.spec.kafka,
             )
-        return read_ranges(self._reader, ranges)
+        records, dropped = drop_aborted(
+            read_ranges(self._reader, ranges), self._stamped_inputs, self._batches()
+        )
+        for (topic, partition, upstream), count in dropped.items():
+            self._log.info(
+                "aborted_records_skipped",
+                topic=topic,
+                partition=partition,
+                upstream_task=upstream,
+                records=count,
+                detail="written by a transaction that aborted (the broker showed them)",
+            )
+        return records
+
+    def _batches(self) -> CommittedBatches | None:
+        """Under exactly-once with repartition inputs: what upstream tasks committed."""
+        if self._committed_batches is None and self._stamped_inputs and self.config.exactly_once:
+            self._committed_batches = CommittedBatches(
+                self.spec.bootstrap_servers,
+                commit_marker_topic(self.app_id),
+                {task: index for index, task in enumerate(self.spec.task_ids)},
+                kafka=self.spec.kafka,
+            )
+        return self._committed_batches
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
@@ -419,6 +455,9 @@ class TaskRunner:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+            if self._committed_batches is not None:
+                self._committed_batches.close()
+                self._committed_batches = None
         finally:
             self._lock.__exit__(None, None, None)
         self._log.info("task_closed", duration_ms=round((time.monotonic() - started) * 1000, 1))

@@ -292,3 +292,62 @@ def build_store_kinds(
         topology.add_state_store(_store_of_kind(processor.kind), processor.kind)
     names = [p.kind for p in STORE_KINDS]
     return topology.add_sink("out", output_topic, *names, key_serde=string, value_serde=string)
+
+
+class SplitThenFailOnce(Processor):
+    """Word count's split, failing once (the first time ``flag_path`` does not exist) on a
+    line containing ``boom``, after its words and those of earlier lines were sent: under
+    exactly-once their transaction aborts, with records of it already on the broker."""
+
+    def __init__(self, flag_path: str) -> None:
+        self.flag_path = flag_path
+        self.context: ProcessorContext | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record) -> None:
+        import time
+
+        from topologies.word_count import split_words
+
+        assert self.context is not None
+        for word in split_words(record.value):
+            self.context.forward(Record(word, word, record.timestamp))
+        if "boom" in record.value and not os.path.exists(self.flag_path):
+            with open(self.flag_path, "w"):
+                pass
+            # let the producer send what was forwarded (librdkafka lingers 5 ms), so the
+            # aborted transaction leaves records on the broker; the test checks they are there
+            time.sleep(1.0)
+            raise RuntimeError("failing once, after sending this batch's words")
+
+
+def build_word_count_failing_once(
+    *, input_topic: str, repartition_topic: str, output_topic: str, flag_path: str
+) -> Topology:
+    """Word count (``topologies.word_count``) whose split fails once (``SplitThenFailOnce``)."""
+    from topologies.word_count import CountProcessor
+
+    strings = {"key_serde": Serdes.string(), "value_serde": Serdes.string()}
+    return (
+        Topology()
+        .add_source("lines", input_topic, **strings)
+        .add_processor("split", lambda: SplitThenFailOnce(flag_path), "lines")
+        .add_sink("to-words", repartition_topic, "split", **strings)
+        .add_source("words", repartition_topic, **strings)
+        .add_processor("count", lambda: CountProcessor("counts"), "words")
+        .add_state_store(
+            Stores.key_value_store_builder(
+                Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+            ),
+            "count",
+        )
+        .add_sink(
+            "to-counts",
+            output_topic,
+            "count",
+            key_serde=Serdes.string(),
+            value_serde=Serdes.long(),
+        )
+    )

@@ -158,3 +158,51 @@ class PausingRestoreListener(StateRestoreListener):
             records=num_restored,
         )
         time.sleep(self.PAUSE_S)
+
+
+class PacedSplit(Processor):
+    """Word count's split, sleeping ``pause_ms`` after each line, so that an upstream task's
+    transaction stays open with words already on the repartition topic long enough for a
+    ``kill -9`` to land inside it."""
+
+    def __init__(self, pause_ms: float) -> None:
+        self.pause_s = pause_ms / 1000
+        self.context: ProcessorContext | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record) -> None:
+        from topologies.word_count import split_words
+
+        assert self.context is not None
+        for word in split_words(record.value or ""):
+            self.context.forward(Record(word, word, record.timestamp))
+        time.sleep(self.pause_s)
+
+
+def build_paced_word_count(
+    *, input_topic: str, repartition_topic: str, output_topic: str, pause_ms: float = 2.0
+) -> Topology:
+    """``topologies.word_count.build_topology`` with :class:`PacedSplit`."""
+    from topologies.word_count import CountProcessor
+
+    pause_ms = float(pause_ms)
+    strings = {"key_serde": Serdes.string(), "value_serde": Serdes.string()}
+    return (
+        Topology()
+        .add_source("lines", input_topic, **strings)
+        .add_processor("split", lambda: PacedSplit(pause_ms), "lines")
+        .add_sink("to-words", repartition_topic, "split", **strings)
+        .add_source("words", repartition_topic, **strings)
+        .add_processor("count", lambda: CountProcessor("counts"), "words")
+        .add_state_store(
+            Stores.key_value_store_builder(
+                Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+            ),
+            "count",
+        )
+        .add_sink(
+            "to-counts", output_topic, "count", key_serde=Serdes.string(), value_serde=Serdes.long()
+        )
+    )

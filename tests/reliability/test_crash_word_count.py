@@ -1,0 +1,100 @@
+"""kill -9 inside an upstream transaction of a word count under exactly_once_v2 (issue 15).
+
+The upstream task (split) writes words to the repartition topic in its transaction; the run
+is killed while such words are on the broker with no transaction marker after them yet. The
+next start aborts that transaction (the new producer fences it) and processes the lines
+again. Tansu shows the aborted words to ``read_committed`` readers; the downstream count must
+skip them by design (batch stamps, ``processor_api/kafka/batch_stamps.py``): every word's last
+count and the store equal a plain count of the input.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from processor_api.serdes import Serdes
+from processor_api.state.inspect import read_local_store
+from tests.harness.processes import CliRun, RunEnded, cli_args
+from tests.harness.topics import TopicReader, create_topics_now, produce, uid
+from tests.harness.wire import OutputWatch, high_watermarks
+from topologies.word_count import split_words
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+WORDS = [f"w{n:02d}" for n in range(40)]
+RUN_TIMEOUT_S = 300.0
+
+
+def _lines(count: int, seed: int) -> list[str]:
+    rnd = random.Random(seed)
+    return [" ".join(rnd.choice(WORDS) for _ in range(5)) for _ in range(count)]
+
+
+def _kill_inside_an_upstream_transaction(run: CliRun, bootstrap: str, repartition: str) -> int:
+    """After one batch with records, kill once words of an open transaction are on the
+    repartition topic; returns how many such words there were."""
+    run.wait_event(lambda e: e.name == "batch_done" and e.event.get("records", 0) > 0, 120)
+    watch = OutputWatch(bootstrap, repartition, high_watermarks(bootstrap, repartition, PARTITIONS))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and run.is_alive():
+            in_flight = watch.count()
+            if in_flight:
+                run.kill9()
+                return in_flight
+            time.sleep(0.001)
+    finally:
+        watch.close()
+    raise RunEnded("no open upstream transaction seen")
+
+
+def test_kill_9_inside_an_upstream_transaction_never_counts_a_word_twice(kafka, tmp_path):
+    run_id = uid()
+    topics = {
+        "input_topic": f"crash-lines-{run_id}",
+        "repartition_topic": f"crash-words-{run_id}",
+        "output_topic": f"crash-counts-{run_id}",
+    }
+    create_topics_now(kafka.bootstrap_servers, {topics["input_topic"]: PARTITIONS})
+    lines = _lines(3000, seed=15)
+    produce(
+        kafka.bootstrap_servers,
+        topics["input_topic"],
+        [(f"l{i}".encode(), line.encode(), i % PARTITIONS) for i, line in enumerate(lines)],
+    )
+    app_id = f"crash-wc-{run_id}"
+    args = cli_args(
+        "tests.reliability.topologies_for_tests:build_paced_word_count",
+        kafka.bootstrap_servers,
+        app_id,
+        tmp_path / "state",
+        tmp_path / "checkpoint",
+        guarantee="exactly_once_v2",
+        max_records_per_batch=300,
+        topology_args={**topics, "pause_ms": 2.0},
+    )
+    log = tmp_path / "run-topology.log"
+    with CliRun(args, log) as run:
+        in_flight = _kill_inside_an_upstream_transaction(
+            run, kafka.bootstrap_servers, topics["repartition_topic"]
+        )
+    assert in_flight > 0
+    with CliRun(args, log) as run:
+        assert run.wait(RUN_TIMEOUT_S) == 0, run.tail()
+        skipped = run.find("aborted_records_skipped")
+
+    expected = Counter(word for line in lines for word in split_words(line))
+    with TopicReader(
+        kafka.bootstrap_servers, topics["output_topic"], bytes.decode, Serdes.long().deserialize
+    ) as out:
+        records = out.read_to_end(60)
+    assert {key: value for key, value, *_ in records} == dict(expected)
+    store = read_local_store(tmp_path / "state", app_id, "counts", Serdes.string(), Serdes.long())
+    assert store == dict(expected)
+    # the killed transaction's words were read downstream, and skipped
+    assert sum(int(e["records"]) for e in skipped) > 0, "no aborted word reached the count"
