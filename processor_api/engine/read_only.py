@@ -15,7 +15,17 @@ from processor_api.errors import StoreError
 
 #: Methods that change a store (any kind), or its lifecycle: refused on a read-only view.
 WRITE_METHODS = frozenset(
-    {"put", "put_if_absent", "put_all", "delete", "remove", "flush", "close", "track_writes"}
+    {
+        "put",
+        "put_if_absent",
+        "put_all",
+        "delete",
+        "remove",
+        "flush",
+        "close",
+        "track_writes",
+        "undo_write",
+    }
 )
 
 

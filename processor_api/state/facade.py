@@ -62,6 +62,10 @@ class TimeOrderedStore(TypedStore):
     def forget_last_read(self) -> None:
         """Nothing is remembered between calls (every journaled write reads its old value)."""
 
+    def undo_write(self, stored_key: bytes, previous: bytes | None) -> None:
+        """Write ``previous`` back under ``stored_key`` through every layer (an ``UndoLog`` entry)."""
+        self.bytes_store.put(stored_key, previous)
+
     def _write(self, stored_key: bytes, value_bytes: bytes | None) -> None:
         """Write one stored record, journaling its previous value when a log tracks us."""
         undo = self._undo

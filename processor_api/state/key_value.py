@@ -74,7 +74,7 @@ class KeyValueStore(TypedStore):
         super().__init__(name, bytes_store, key_serde, value_serde)
         # Undo journal of the task (see state.undo), and the last key read or written with
         # its value bytes, so that a put after a get of the same key journals for free.
-        self._undo: list[tuple[KeyValueStore, bytes, bytes | None]] | None = None
+        self._undo: list[tuple[Any, Any, Any]] | None = None
         self._last_key: bytes | None = None
         self._last_value: bytes | None = None
 
@@ -88,6 +88,10 @@ class KeyValueStore(TypedStore):
     def forget_last_read(self) -> None:
         """Forget the remembered last read (the store changed below this facade)."""
         self._last_key = self._last_value = None
+
+    def undo_write(self, key: bytes, previous: bytes | None) -> None:
+        """Write ``previous`` back under ``key`` through every layer (an ``UndoLog`` entry)."""
+        self.bytes_store.put(key, previous)
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,19 +1,27 @@
 """Undoing the store writes of one record whose processing failed and was skipped.
 
 Kafka Streams keeps such writes; here a record skipped by the processing exception handler
-leaves the stores as they were before it. Each :class:`~processor_api.state.KeyValueStore`
-facade of a task appends ``(store, key bytes, previous value bytes)`` to the task's
-:class:`UndoLog` before each write; the task clears the log when a record (or punctuator)
-starts and, when the handler skips it, :meth:`UndoLog.rollback` writes the previous values
-back through the store's layers, newest first. The restoring writes are ordinary writes: a
-cache coalesces them, a change log records them (the changelog then holds the skipped write
-and its reversal; replaying it gives the same state).
+leaves the stores as they were before it. Each store of a task appends ``(target, key,
+previous)`` to the task's :class:`UndoLog` before each write; the task clears the log when a
+record (or punctuator) starts and, when the handler skips it, :meth:`UndoLog.rollback` calls
+``target.undo_write(key, previous)`` for each entry, newest first.
 
 Key-value stores (plain and timestamped), window stores (plain and timestamped) and session
-stores are journaled (a window or session store journals the stored record under its
-composite key; the observed stream time a skipped write advanced stays advanced, as the
-segments it may have dropped stay dropped). Versioned stores are not yet: their writes made by
-a skipped record stay, as in Kafka Streams.
+stores journal ``(facade, stored key, previous value bytes)`` (a window or session store under
+its composite key) and undo by writing the previous value back through the store's layers.
+Those restoring writes are ordinary writes: a cache coalesces them, a change log records them
+(the changelog then holds the skipped write and its reversal; replaying it gives the same
+state). The observed stream time a skipped window or session write advanced stays advanced,
+as the segments it may have dropped stay dropped.
+
+Versioned stores (:mod:`.versioned`) journal below their change log, since a version cannot be
+taken back by a later changelog record (a tombstone is a version too): the versioned layer
+journals every raw entry it writes (the version, the observed stream time, the unreachable
+old versions it deletes), the change-logging layer each change record it keeps. Undoing
+writes the raw entries back into the inner store and takes the skipped record's change
+records off the pending ones (they are drained only at commit, between records), so the
+store, its history and its observed stream time are as before the record and the changelog
+never holds the skipped writes.
 
 The previous value usually costs nothing: a read-modify-write (``get`` then ``put`` of the
 same key) reuses the value ``get`` read, so only a blind write reads the store first.
@@ -21,10 +29,14 @@ same key) reuses the value ``get`` read, so only a blind write reads the store f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from processor_api.state.key_value import KeyValueStore
+
+class Undoable(Protocol):
+    """What an :class:`UndoLog` entry names: something that can take one write back."""
+
+    def undo_write(self, key: Any, previous: Any) -> None:
+        """Undo the write journaled as ``(self, key, previous)``."""
 
 
 class UndoLog:
@@ -33,17 +45,17 @@ class UndoLog:
     __slots__ = ("entries", "_stores")
 
     def __init__(self) -> None:
-        self.entries: list[tuple[KeyValueStore, bytes, bytes | None]] = []
-        self._stores: list[KeyValueStore] = []
+        self.entries: list[tuple[Undoable, Any, Any]] = []
+        self._stores: list[Any] = []
 
     def track(self, store: object) -> None:
-        """Journal ``store``'s writes here (until it is tracked by another log); stores that
-        cannot journal their writes (versioned) are left as they are."""
+        """Journal ``store``'s writes here (until it is tracked by another log); an object
+        without ``track_writes`` (not a store of this package) is left as it is."""
         track_writes = getattr(store, "track_writes", None)
         if track_writes is None:
             return
         if store not in self._stores:
-            self._stores.append(store)  # type: ignore[arg-type]
+            self._stores.append(store)
         track_writes(self)
 
     def clear(self) -> None:
@@ -57,11 +69,11 @@ class UndoLog:
             store.forget_last_read()
 
     def rollback(self) -> int:
-        """Write back the previous values, newest first; returns how many writes were undone."""
+        """Undo the journaled writes, newest first; returns how many entries were undone."""
         entries = self.entries
         count = len(entries)
-        for store, key, previous in reversed(entries):
-            store.bytes_store.put(key, previous)
+        for target, key, previous in reversed(entries):
+            target.undo_write(key, previous)
         entries.clear()
         self.forget_reads()
         return count

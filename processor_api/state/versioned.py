@@ -10,6 +10,11 @@ The change log has Kafka Streams' format (``ChangeLoggingVersionedKeyValueBytesS
 record key is the serialized key, the value the serialized value (``None`` for a delete) and
 the record timestamp the version's timestamp; :meth:`VersionedBytesStore.restore_batch`
 replays such ``(key, value, timestamp)`` records.
+
+A record skipped by the processing exception handler leaves the store as it was before it
+(:mod:`.undo`): while a task's undo log tracks the store, the versioned layer journals each
+raw entry it writes and the change-logging layer each change record it keeps; undoing writes
+the raw entries back and takes those change records off the pending ones.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from processor_api.logging import get_logger
 from processor_api.serdes import Serde
 from processor_api.state.base import BytesStore, InnerLayer
 from processor_api.state.changelogging import ChangeRecord
+from processor_api.state.facade import find_layer
 from processor_api.state.key_schemas import TIMESTAMP_SIZE, pack_long, unpack_long
 from processor_api.state.typed_store import TypedStore, check_time
 from processor_api.state.windowed_types import MAX_TIMESTAMP, VersionedRecord
@@ -41,6 +47,9 @@ _TOMBSTONE = b"\x00"
 RawVersion = tuple[bytes | None, int, int | None]
 """``(value bytes or None for a tombstone, timestamp, valid_to or None)``."""
 
+Journal = list[tuple[Any, Any, Any]]
+"""An ``UndoLog``'s entries: ``(layer, key, previous)``, undone by ``layer.undo_write``."""
+
 
 class VersionedBytesStore(InnerLayer):
     """The versioned store over raw bytes, on top of an ordered byte store ``inner``.
@@ -49,12 +58,16 @@ class VersionedBytesStore(InnerLayer):
     Kafka Streams, the grace period: a put or delete older than the observed stream time minus
     ``history_retention`` is not applied. Unreachable old versions of a key are deleted
     when that key is written.
+
+    ``undo`` (set by the facade's ``track_writes``) is the journal of a task's undo log, or
+    ``None``: each raw entry written is journaled with its previous bytes first.
     """
 
     def __init__(self, inner: BytesStore, history_retention: int) -> None:
         self.inner = inner
         self.name = inner.name
         self.history_retention = history_retention
+        self.undo: Journal | None = None
 
     @property
     def observed_stream_time(self) -> int:
@@ -115,12 +128,20 @@ class VersionedBytesStore(InnerLayer):
             )
             return PUT_RETURN_CODE_NOT_PUT
         prefix = self._prefix(key)
+        stored_key = prefix + pack_long(timestamp)
         writes: list[tuple[bytes, bytes | None]] = [
-            (prefix + pack_long(timestamp), _TOMBSTONE if value is None else _VALUE + value)
+            (stored_key, _TOMBSTONE if value is None else _VALUE + value)
         ]
+        undo = self.undo
         if timestamp > observed:
+            if undo is not None:
+                # Newer than every version written so far: it replaces none (no read).
+                undo.append((self, stored_key, None))
+                undo.append((self, _OBSERVED_KEY, None if observed < 0 else pack_long(observed)))
             observed = timestamp
             writes.append((_OBSERVED_KEY, pack_long(observed)))
+        elif undo is not None:
+            undo.append((self, stored_key, self.inner.get(stored_key)))
         self.inner.put_all(writes)
         self._drop_unreachable(prefix, observed - self.history_retention)
         valid_to = self._valid_to(prefix, timestamp)
@@ -138,21 +159,28 @@ class VersionedBytesStore(InnerLayer):
         """Delete the versions no query can reach: superseded at or before ``cutoff``."""
         if cutoff <= 0:
             return
-        doomed: list[tuple[bytes, bytes | None]] = []
+        doomed: list[tuple[bytes, bytes]] = []  # (stored key, its data)
         previous: int | None = None
+        last_data = b""
         for timestamp, data in self._versions(prefix, 0, MAX_TIMESTAMP, False):
             if previous is not None:
                 if timestamp > cutoff:
                     break
-                doomed.append((prefix + pack_long(previous), None))
+                doomed.append((prefix + pack_long(previous), last_data))
             previous = timestamp
             last_data = data
         else:
             # Every version was superseded (or the key has none): a lone old tombstone goes too.
             if previous is not None and previous <= cutoff and last_data == _TOMBSTONE:
-                doomed.append((prefix + pack_long(previous), None))
+                doomed.append((prefix + pack_long(previous), last_data))
         if doomed:
-            self.inner.put_all(doomed)
+            if self.undo is not None:
+                self.undo.extend((self, stored, data) for stored, data in doomed)
+            self.inner.put_all([(stored, None) for stored, _ in doomed])
+
+    def undo_write(self, stored_key: bytes, previous: bytes | None) -> None:
+        """Put ``previous`` back under ``stored_key`` in the inner store (an undo entry)."""
+        self.inner.put(stored_key, previous)
 
     def restore_batch(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
         """Replay changelog records ``(key, value, timestamp)`` in order, as puts."""
@@ -171,12 +199,36 @@ class VersionedBytesStore(InnerLayer):
 
 
 class ChangeLoggingVersionedBytesStore(InnerLayer):
-    """Records every applied put and delete of ``inner`` as a Kafka Streams changelog record."""
+    """Records every applied put and delete of ``inner`` as a Kafka Streams changelog record.
+
+    ``undo`` (set by the facade's ``track_writes``) is the journal of a task's undo log, or
+    ``None``: each change record kept is journaled, and undoing takes it off again.
+    """
 
     def __init__(self, inner: VersionedBytesStore) -> None:
         self.inner = inner
         self.name = inner.name
         self._changes: list[ChangeRecord] = []
+        self.undo: Journal | None = None
+
+    def _log(self, change: ChangeRecord) -> None:
+        self._changes.append(change)
+        if self.undo is not None:
+            self.undo.append((self, change, None))
+
+    def undo_write(self, change: ChangeRecord, previous: None) -> None:
+        """Take ``change`` (the newest pending change record) off: it is never sent.
+
+        Raises ``StoreError`` when it is no longer pending (drained in the middle of the unit
+        of work being undone): the changelog could not be made to match the store then.
+        """
+        changes = self._changes
+        if not changes or changes[-1] is not change:
+            raise StoreError(
+                f"state store {self.name!r}: cannot undo the versioned write of timestamp "
+                f"{change.timestamp}: its changelog record was drained before the undo"
+            )
+        changes.pop()
 
     @property
     def pending_change_count(self) -> int:
@@ -196,7 +248,7 @@ class ChangeLoggingVersionedBytesStore(InnerLayer):
         """Put into the inner store; log the record unless it was too old to be applied."""
         result = self.inner.put(key, value, timestamp)
         if result != PUT_RETURN_CODE_NOT_PUT:
-            self._changes.append(ChangeRecord(key, value, timestamp))
+            self._log(ChangeRecord(key, value, timestamp))
         return result
 
     def delete(self, key: bytes, timestamp: int) -> RawVersion | None:
@@ -204,7 +256,7 @@ class ChangeLoggingVersionedBytesStore(InnerLayer):
         if timestamp < self.inner.observed_stream_time - self.inner.history_retention:
             return None
         existing = self.inner.delete(key, timestamp)
-        self._changes.append(ChangeRecord(key, None, timestamp))
+        self._log(ChangeRecord(key, None, timestamp))
         return existing
 
     def flush(self) -> None:
@@ -235,6 +287,17 @@ class VersionedKeyValueStore(TypedStore):
     ) -> None:
         super().__init__(name, bytes_store, key_serde, value_serde)
         self.history_retention = history_retention
+
+    def track_writes(self, log: Any) -> None:
+        """Journal every write in ``log`` (an ``UndoLog``; None: stop), below the change log."""
+        journal = None if log is None else log.entries
+        for kind in (ChangeLoggingVersionedBytesStore, VersionedBytesStore):
+            layer = find_layer(self.bytes_store, kind)
+            if layer is not None:
+                layer.undo = journal
+
+    def forget_last_read(self) -> None:
+        """Nothing is remembered between calls (every journaled write reads what it needs)."""
 
     def _key(self, key: Any) -> bytes:
         self._check_open()

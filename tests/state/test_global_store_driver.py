@@ -174,8 +174,9 @@ class Writer(Processor):
         lambda s: s.delete("k"),
         lambda s: s.flush(),
         lambda s: s.close(),
+        lambda s: s.undo_write(b"k", b"v"),
     ],
-    ids=["put", "put_if_absent", "put_all", "delete", "flush", "close"],
+    ids=["put", "put_if_absent", "put_all", "delete", "flush", "close", "undo_write"],
 )
 def test_task_processor_cannot_write_a_global_store(write):
     topology = enrichment_topology()

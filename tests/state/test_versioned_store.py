@@ -17,6 +17,8 @@ from processor_api import (
     Stores,
     VersionedRecord,
 )
+from processor_api.state.changelogging import ChangeRecord
+from processor_api.state.undo import UndoLog
 from processor_api.state.versioned import VersionedBytesStore
 
 HISTORY = 300_000
@@ -489,3 +491,101 @@ def test_bad_arguments(c):
     with pytest.raises(StoreError, match="'versioned': key must not be None"):
         c.store.get(None)
     assert c.store.get("k", -5) is None
+
+
+# ------------------------------------------------------------------- undo (state.undo)
+
+
+def raw(stack):
+    """Every entry of the inner store: the versions kept and the observed stream time."""
+    return list(stack.inner.range(None, None))
+
+
+def pending(stack):
+    return list(stack.changelog._changes) if stack.changelog is not None else []
+
+
+@pytest.mark.parametrize("logging", [True, False], ids=["logged", "unlogged"])
+def test_an_undo_log_takes_every_kind_of_versioned_write_back(make_versioned, logging):
+    t = HISTORY  # timestamps t + n, so that the grace period reaches back to 0 and beyond
+    stack = make_versioned(name="undo", logging=logging)
+    store = stack.store
+    store.put("k", "v10", t + 10)
+    store.put("k", "v30", t + 30)
+    store.put("j", "j10", t + 10)
+    undo = UndoLog()
+    undo.track(store)
+    store.put("k", "kept", t + 20)  # before the unit of work: stays, as does its change record
+    undo.clear()
+    as_of = (None, t + 15, t + 20, t + 30)
+    before = (raw(stack), pending(stack), [store.get("k", a) for a in as_of])
+    assert store.put("k", "v40", t + 40) == UNDEFINED  # the latest v30 moves into history
+    assert store.put("k", "v25", t + 25) == t + 30  # an older version into history
+    assert store.put("k", "x30", t + 30) == t + 40  # replaces the version at 30
+    assert store.delete("j", t + 35) == VersionedRecord("j10", t + 10, None)  # tombstone, latest
+    assert store.delete("k", t + 15) == VersionedRecord("v10", t + 10, t + 20)  # into history
+    store.put("n", "n5", t + 5)  # a new key
+    store.put("k", "far", t + 40 + HISTORY)  # stream time moves on: unreachable versions go
+    assert store.get("k", t + 15) is None and raw(stack) != before[0]
+    assert undo.rollback() > 0 and undo.entries == []
+    assert (raw(stack), pending(stack)) == before[:2]
+    assert (
+        [store.get("k", a) for a in as_of]
+        == before[2]
+        == [
+            VersionedRecord("v30", t + 30, None),
+            VersionedRecord("v10", t + 10, t + 20),
+            VersionedRecord("kept", t + 20, t + 30),
+            VersionedRecord("v30", t + 30, None),
+        ]
+    )
+    assert store.get("j") == VersionedRecord("j10", t + 10, None) and store.get("n") is None
+    # the grace period follows stream time t + 30 again: this put is applied
+    assert store.put("k", "old", 30) == t + 10
+
+
+def test_undoing_a_versioned_write_whose_change_record_was_drained_is_refused(make_versioned):
+    stack = make_versioned(name="drained")
+    undo = UndoLog()
+    undo.track(stack.store)
+    stack.store.put("k", "v", 10)
+    assert stack.changelog.drain_changes() == [ChangeRecord(b"k", b"v", 10)]
+    with pytest.raises(
+        StoreError, match="'drained': cannot undo the versioned write of timestamp 10"
+    ):
+        undo.rollback()
+
+
+class CountingGets:
+    """An inner byte store counting the point reads of version entries."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.version_gets = 0
+
+    def get(self, key):
+        if key.startswith(b"\x00"):
+            self.version_gets += 1
+        return self.inner.get(key)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_journaling_reads_nothing_for_puts_newer_than_stream_time(make_versioned):
+    inner = CountingGets(make_versioned(name="counted", logging=False).inner)
+    versioned = VersionedBytesStore(inner, HISTORY)
+    versioned.undo = []
+    for timestamp in (10, 20, 30):
+        versioned.put(b"k", b"v", timestamp)
+    assert inner.version_gets == 0 and len(versioned.undo) == 6  # version + stream time, each
+    versioned.put(b"k", b"w", 20)  # not the newest: the version it replaces is read
+    assert inner.version_gets == 1 and versioned.undo[-1] == (
+        versioned,
+        b"\x00k" + (20).to_bytes(8, "big"),
+        b"\x01v",
+    )
+    versioned.undo = None
+    versioned.put(b"k", b"x", 15)
+    assert inner.version_gets == 1  # untracked: no read
