@@ -59,6 +59,9 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
         builder = builder.config("spark.executorEnv.PYTHONWARNINGS", "ignore")
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
+    executor_options = _executor_java_options(settings, quiet)
+    if executor_options is not None:
+        builder = builder.config("spark.executor.extraJavaOptions", executor_options)
     _launch_jvm_in_own_session(_driver_launch_conf(settings, quiet), quiet)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
@@ -92,13 +95,33 @@ def _driver_launch_conf(settings: RunSettings, quiet: bool = True) -> dict[str, 
         "spark.driver.extraJavaOptions",
         os.environ.get("PROCESSOR_API_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS),
     )
-    logging_options = [
-        f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
-        f"-Dprocessor_api.spark.level={'ERROR' if quiet else 'WARN'}",
-        f"-Dprocessor_api.spark.failure.level={'OFF' if quiet else 'ERROR'}",
-    ]
+    logging_options = _logging_options("ERROR" if quiet else "WARN", "OFF" if quiet else "ERROR")
     conf["spark.driver.extraJavaOptions"] = " ".join([*logging_options, options.strip()]).strip()
     return conf
+
+
+def _logging_options(spark_level: str, failure_level: str) -> list[str]:
+    return [
+        f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
+        f"-Dprocessor_api.spark.level={spark_level}",
+        f"-Dprocessor_api.spark.failure.level={failure_level}",
+    ]
+
+
+def _executor_java_options(settings: RunSettings, quiet: bool = True) -> str | None:
+    """``spark.executor.extraJavaOptions`` for a cluster master (None with ``local[...]``:
+    the executors are the driver's JVM).
+
+    Executors on a cluster log to files on their workers (``work/<app>/<executor>/stderr``);
+    they get the same log4j2 file (the library is installed at the same path on every node,
+    as the Python interpreter is) at ERROR, WARN with debug, and keep task failures with their
+    stacks, which is where the operator looks for them. The user's own options follow.
+    """
+    if settings.master.startswith("local[") or settings.master == "local":
+        return None
+    user = settings.spark_conf.get("spark.executor.extraJavaOptions", "")
+    options = _logging_options("ERROR" if quiet else "WARN", "ERROR")
+    return " ".join([*options, user.strip()]).strip()
 
 
 #: Lines the JVM prints before any logging is set up, dropped unless the level is debug.

@@ -101,6 +101,9 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
         for directory in executors:
             text = (directory / "stderr").read_text(errors="replace")
             assert "task_batch_done" in text, f"{directory} ran no task:\n{text[-2000:]}"
+            # Spark's own INFO lines are off in the executors too (log4j2 at ERROR)
+            spark_lines = [line for line in text.splitlines() if " INFO " in line]
+            assert not spark_lines, f"{directory} logged Spark INFO lines: {spark_lines[:3]}"
     finally:
         for app_dir in {d.parent for d in _executor_dirs(marker)}:
             shutil.rmtree(app_dir, ignore_errors=True)

@@ -9,7 +9,11 @@ from pathlib import Path
 
 from processor_api.spark import progress as progress_module
 from processor_api.spark.progress import Progress
-from processor_api.spark.session import LOG4J2_PROPERTIES, _driver_launch_conf
+from processor_api.spark.session import (
+    LOG4J2_PROPERTIES,
+    _driver_launch_conf,
+    _executor_java_options,
+)
 from processor_api.spark.settings import RunSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +73,23 @@ def test_the_driver_jvm_gets_the_log4j2_file_before_it_starts():
     loud = _driver_launch_conf(user, quiet=False)["spark.driver.extraJavaOptions"]
     assert "-Dprocessor_api.spark.level=WARN" in loud and loud.endswith("-Dx=1")
     assert LOG4J2_PROPERTIES.is_file()
+
+
+def test_executors_on_a_cluster_get_the_log4j2_file_and_keep_the_users_options():
+    assert _executor_java_options(RunSettings("h:1", master="local[2]")) is None
+    user = RunSettings(
+        "h:1",
+        master="spark://host:7077",
+        spark_conf={"spark.executor.extraJavaOptions": "-Dx=1"},
+    )
+    quiet = _executor_java_options(user, quiet=True)
+    assert quiet is not None
+    assert quiet.startswith(f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} ")
+    assert "-Dprocessor_api.spark.level=ERROR" in quiet and quiet.endswith("-Dx=1")
+    # task failures stay in the executor's own log file: that is where an operator looks
+    assert "-Dprocessor_api.spark.failure.level=ERROR" in quiet
+    loud = _executor_java_options(user, quiet=False)
+    assert loud is not None and "-Dprocessor_api.spark.level=WARN" in loud
 
 
 def _batch(task: str, records: int, positions: dict[str, int]) -> list[dict]:

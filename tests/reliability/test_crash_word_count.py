@@ -61,7 +61,7 @@ def test_kill_9_inside_an_upstream_transaction_never_counts_a_word_twice(kafka, 
         "output_topic": f"crash-counts-{run_id}",
     }
     create_topics_now(kafka.bootstrap_servers, {topics["input_topic"]: PARTITIONS})
-    lines = _lines(3000, seed=15)
+    lines = _lines(1500, seed=15)
     produce(
         kafka.bootstrap_servers,
         topics["input_topic"],
