@@ -168,7 +168,8 @@ class ErrorHandling:
         error.__cause__ = exc
         context = self.context(raw, source)
         if self._respond("deserialization", self.deserialization, context, raw, exc).failed:
-            self._log.error("deserialization_failed", error=str(error))
+            # debug: the error raised carries the same text, and the runtime reports it once
+            self._log.debug("deserialization_failed", error=str(error))
             raise error
         self._log.warning("deserialization_failed_record_skipped", error=str(error))
 
@@ -186,7 +187,7 @@ class ErrorHandling:
         cause = error.__cause__ or error
         context = self.context(raw, located.processor)
         if self._respond("processing", self.processing, context, record, cause).failed:
-            self._log.error("processing_failed", error=str(located))
+            self._log.debug("processing_failed", error=str(located))  # reported once, raised
             raise located from error.__cause__
         undone = self._undo.rollback() if self._undo is not None else 0
         self._log.warning("processing_failed_continuing", error=str(located), undone=undone)

@@ -68,6 +68,8 @@ def test_a_failing_processor_prints_the_cause_once_and_the_stacks_go_to_a_file(k
     for part in (f"topic={source}", "partition=0", "offset=1", "processor=explode", "ValueError"):
         assert part in cause
     assert not any("Traceback" in line for line in lines)
+    # the cause once: not also as the task's own error event
+    assert [line for line in lines if "cannot handle 'boom'" in line] == [cause], "\n".join(lines)
     (report,) = logs.glob("failure-*.txt")
     assert str(report.resolve()) in report_line
     text = report.read_text()
