@@ -20,20 +20,28 @@ class CommitState:
     * ``writers``: under exactly-once, which writer (transactional producer instance)
       committed which batches, as runs ``[first sequence, writer]`` in sequence order, the
       last :data:`MAX_WRITER_RUNS` of them: a reader of the task's repartition records tells
-      committed from aborted ones by it (``kafka/batch_stamps.py``).
+      committed from aborted ones by it (``kafka/batch_stamps.py``);
+    * ``offsets``: the input offsets the batch committed to the consumer group (exactly-once:
+      in its transaction), by which recovery tells a marker of an aborted transaction that
+      the broker shows (Tansu) from a committed one (``spark/guarantee.py``).
     """
 
     sequence: int = 0
     marker_end: int = 0
     writers: list[list[Any]] = field(default_factory=list)
+    offsets: dict[str, int] = field(default_factory=dict)
 
-    def committing(self, sequence: int, writer: str | None) -> CommitState:
-        """The state once batch ``sequence`` commits, written by ``writer`` (None: not kept)."""
+    def committing(
+        self, sequence: int, writer: str | None, offsets: dict[str, int] | None = None
+    ) -> CommitState:
+        """The state once batch ``sequence`` commits, written by ``writer`` (None: not kept),
+        with ``offsets`` (input topic -> next offset of the task's partition) committed to the
+        consumer group in the same transaction."""
         writers = [list(run) for run in self.writers]
         if writer is not None and (not writers or writers[-1][1] != writer):
             writers.append([sequence, writer])
             del writers[:-MAX_WRITER_RUNS]
-        return CommitState(sequence, 0, writers)
+        return CommitState(sequence, 0, writers, dict(offsets or {}))
 
 
 @dataclass
@@ -81,6 +89,7 @@ class TaskMetadata:
                 int(commit["sequence"]),
                 int(commit["marker_end"]),
                 [[int(first), str(writer)] for first, writer in commit.get("writers", [])],
+                {k: int(v) for k, v in commit.get("offsets", {}).items()},
             ),
             extra=extra,
         )

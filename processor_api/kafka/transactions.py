@@ -144,6 +144,25 @@ class CommitMarker:
     metadata_json: str
 
 
+def aborted_by_group(
+    group: dict[str, int], offsets: dict[str, int], previous: dict[str, int]
+) -> bool:
+    """Whether a commit marker's transaction aborted, as the consumer group shows it.
+
+    ``offsets``: the input offsets the marker's batch committed to the group in its
+    transaction; ``previous``: those of the task's marker before it; ``group``: what the group
+    holds now (per topic, the task's partition). Offset commits in a transaction take effect
+    only when it commits, on Tansu as on Apache Kafka, so a group still at the previous batch's
+    offsets for every topic this batch moved means the batch's transaction did not commit
+    (Tansu shows the records, the marker included, of aborted transactions). A batch that
+    moved no offset (a punctuation between batches) cannot be told apart: not aborted.
+    """
+    moved = {topic: offset for topic, offset in offsets.items() if previous.get(topic) != offset}
+    if not moved:
+        return False
+    return all(group.get(topic) == previous.get(topic) for topic in moved)
+
+
 def marker_value(sequence: int, metadata_json: str) -> bytes:
     """A marker record's value: the sequence number and the task metadata after the batch."""
     return json.dumps(
@@ -161,14 +180,18 @@ def read_latest_marker(
     *,
     kafka: KafkaClientConfig | None = None,
     tail: int | None = None,
+    before: int | None = None,
 ) -> CommitMarker | None:
-    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed).
+    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed),
+    and before offset ``before`` if given.
 
     With ``tail``, only the last ``tail`` offsets before the end are read first, then 16 times
     as many, and so on back to ``start``, until a marker of the task is found.
     """
     tp = (topic, partition)
     end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
+    if before is not None:
+        end = min(end, before)
     window = tail
     while True:
         first = start if window is None else max(start, end - window)

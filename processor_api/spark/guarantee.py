@@ -33,16 +33,22 @@ from typing import Protocol
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.client_config import KafkaClientConfig
-from processor_api.kafka.group import GroupCommitter, to_topic_partitions
+from processor_api.kafka.group import GroupCommitter, committed_offsets, to_topic_partitions
 from processor_api.kafka.names import commit_marker_topic, transactional_id
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.kafka.transactions import (
+    CommitMarker,
     TransactionalProducers,
+    aborted_by_group,
     marker_value,
     read_latest_marker,
     transaction_step,
 )
 from processor_api.logging import get_logger
+from processor_api.spark.job import parse_task_id
+
+#: Offsets read from the end of a marker partition first when looking for an earlier marker.
+MARKER_TAIL = 64
 
 
 class Guarantee(Protocol):
@@ -102,26 +108,38 @@ class CommitLog:
         task_id: str,
         partition: int,
         kafka: KafkaClientConfig | None = None,
+        *,
+        transactional: bool = False,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._kafka = kafka
+        self._app = application_id
         self._task_id = task_id
+        self._input_partition = parse_task_id(task_id)[1]
+        self._transactional = transactional
         self.topic = commit_marker_topic(application_id)
         self.partition = partition
         self._log = get_logger("processor_api.guarantee", task=task_id)
 
     def newer(self, metadata: TaskMetadata) -> TaskMetadata:
-        """The metadata of the last marker after ``metadata``'s, or ``metadata`` itself."""
-        marker = read_latest_marker(
-            self._bootstrap,
-            self.topic,
-            self.partition,
-            metadata.commit.marker_end,
-            self._task_id,
-            kafka=self._kafka,
-        )
+        """The metadata of the last committed marker after ``metadata``'s, or ``metadata``.
+
+        Under exactly-once a marker whose transaction aborted is passed over even where the
+        broker shows it (Tansu): the consumer group tells (:func:`aborted_by_group`).
+        """
+        marker = self._latest(metadata.commit.marker_end)
         if marker is None or marker.sequence <= metadata.commit.sequence:
             return metadata
+        if self._transactional and self._aborted(marker):
+            self._log.warning(
+                "aborted_batch_marker_ignored",
+                sequence=marker.sequence,
+                detail="the broker shows the commit marker of a transaction that aborted (the "
+                "consumer group never got its offsets): that batch is processed again",
+            )
+            marker = self._latest(metadata.commit.marker_end, before=marker.offset)
+            if marker is None or marker.sequence <= metadata.commit.sequence:
+                return metadata
         adopted = TaskMetadata.from_json(marker.metadata_json)
         adopted.commit = replace(
             adopted.commit, sequence=marker.sequence, marker_end=marker.offset + 1
@@ -136,15 +154,52 @@ class CommitLog:
         )
         return adopted
 
+    def _latest(self, start: int, before: int | None = None) -> CommitMarker | None:
+        return read_latest_marker(
+            self._bootstrap,
+            self.topic,
+            self.partition,
+            start,
+            self._task_id,
+            kafka=self._kafka,
+            tail=None if before is None else MARKER_TAIL,
+            before=before,
+        )
+
+    def _aborted(self, marker: CommitMarker) -> bool:
+        offsets = TaskMetadata.from_json(marker.metadata_json).commit.offsets
+        if not offsets:
+            return False
+        previous = self._latest(0, before=marker.offset)
+        previous_offsets = (
+            {}
+            if previous is None
+            else TaskMetadata.from_json(previous.metadata_json).commit.offsets
+        )
+        group = committed_offsets(
+            self._bootstrap,
+            self._app,
+            [(topic, self._input_partition) for topic in offsets],
+            kafka=self._kafka,
+        )
+        return aborted_by_group(
+            {topic: offset for (topic, _), offset in group.items()}, offsets, previous_offsets
+        )
+
     def send(
-        self, tracker: DeliveryTracker, metadata: TaskMetadata, writer: str | None = None
+        self,
+        tracker: DeliveryTracker,
+        metadata: TaskMetadata,
+        writer: str | None = None,
+        offsets: dict[str, int] | None = None,
     ) -> TaskMetadata:
         """Send the next marker for ``metadata`` (not waited for); returns it numbered.
 
-        ``writer``: the transactional producer instance committing the batch (exactly-once).
+        ``writer``: the transactional producer instance committing the batch, ``offsets`` the
+        input offsets its transaction commits to the group (exactly-once).
         """
         sequence = metadata.commit.sequence + 1
-        marked = replace(metadata, commit=metadata.commit.committing(sequence, writer))
+        marked = replace(metadata, commit=metadata.commit.committing(sequence, writer, offsets))
         tracker.produce(
             self.topic,
             self._task_id.encode(),
@@ -158,13 +213,14 @@ class CommitLog:
         return tracker.acked_end_offsets()[(self.topic, self.partition)]
 
 
-def _commit_log(settings: TaskCommitSettings) -> CommitLog:
+def _commit_log(settings: TaskCommitSettings, *, transactional: bool = False) -> CommitLog:
     return CommitLog(
         settings.bootstrap_servers,
         settings.application_id,
         settings.task_id,
         settings.marker_partition,
         settings.kafka,
+        transactional=transactional,
     )
 
 
@@ -255,7 +311,7 @@ class ExactlyOnce:
         self._task_id = settings.task_id
         self._txn_id = transactional_id(settings.application_id, settings.task_id)
         self._directory = settings.directory
-        self._markers = _commit_log(settings)
+        self._markers = _commit_log(settings, transactional=True)
         self._group = _group_committer(settings)
         self._producers = TransactionalProducers(
             settings.bootstrap_servers, settings.producer_config, kafka=settings.kafka
@@ -294,7 +350,12 @@ class ExactlyOnce:
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """Add the commit marker and the input offsets to the transaction and commit it."""
         tracker = self.producer
-        marked = self._markers.send(tracker, metadata, self.writer)
+        marked = self._markers.send(
+            tracker,
+            metadata,
+            self.writer,
+            {topic: offset for (topic, _), offset in offsets.items()},
+        )
         tracker.flush_and_check(self._flush_timeout_s)
         marker_end = self._markers.end_after_ack(tracker)
         if offsets:
