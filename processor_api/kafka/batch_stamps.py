@@ -23,8 +23,11 @@ transaction coordinator has not written the commit to the marker partition yet -
 partition has an open transaction (its last stable offset is below its high watermark), and
 the reader waits for it to end before it decides. On Apache Kafka the stamps only confirm what
 the broker already filtered. On Tansu a marker written by a transaction that then aborted is
-visible too; the upstream task adopts such a marker when it restarts (it does not redo the
-batch), so counting that batch's records is consistent with it.
+visible too, but a downstream task never reads that batch's records before the upstream has
+done the batch again: they lie past the repartition partition's last stable offset until the
+upstream's new producer fences the open transaction, which happens in the upstream task's
+next micro-batch; that micro-batch ends (its marker naming the new writer committed, the old
+marker passed over by recovery, see ``spark/guarantee.py``) before the next one is planned.
 """
 
 from __future__ import annotations

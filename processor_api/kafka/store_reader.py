@@ -24,7 +24,10 @@ What this excludes, and why it holds on Apache Kafka as on the embedded broker:
   offset back, and ``read_committed`` drops aborted records, so the end is where a
   ``read_committed`` consumer stops anyway.
 * a marker of an aborted transaction is never seen on Apache Kafka (``read_committed``); on
-  Tansu it is, as it is by the application's own recovery, which adopts it on its next start.
+  Tansu it is, and is taken as the task's last commit here; the application's recovery passes
+  it over (the consumer group shows the transaction did not commit, ``spark/guarantee.py``) and
+  does the batch again, so between such a crash and the next start this reader shows that
+  batch's writes on Tansu.
   Aborted records *between* two committed batches (a batch that aborted and was retried) are
   dropped by Apache Kafka; Tansu shows them, to this reader as to the application's restore,
   and the retry rewrites the same keys after them.
