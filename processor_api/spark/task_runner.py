@@ -10,8 +10,10 @@ the open stores, the producer and a consumer. A micro-batch is::
     read        exactly the planned offset ranges of its input partitions (confluent-kafka)
     process     the engine: order, deserialize, process, stream-time and wall-clock punctuation
     produce     changelog records (the last write per key); sink records went out as produced
-    commit      every record acknowledged -> the guarantee commits (a transaction under
-                exactly_once_v2) -> buffered store writes applied, local checkpoint written
+    commit      every record acknowledged (records the producer reports undeliverable go to
+                the production handler, ``delivery_failures.py``) -> the guarantee commits (a
+                transaction under exactly_once_v2) -> buffered store writes applied, local
+                checkpoint written
     hand back   the new metadata, which Spark commits with the micro-batch
 
 Any failure drops the task (its uncommitted writes and transaction are abandoned, ``close``
