@@ -92,6 +92,33 @@ class DeliveryError(StreamsError):
     """Records could not be produced: a delivery failed or was not acknowledged in time."""
 
 
+class RecordDeliveryError(DeliveryError):
+    """The producer reported one record undeliverable after ``produce()`` returned (in its
+    delivery report): what the production exception handler gets for such a record.
+
+    ``topic``; ``partition`` (``None``: the producer had not chosen one yet); ``code``, the
+    librdkafka error name (``"_MSG_TIMED_OUT"``, ``"_UNKNOWN_PARTITION"``, ...);
+    ``retriable``; ``kafka_error``, confluent-kafka's ``KafkaError`` itself.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str,
+        partition: int | None,
+        code: str,
+        retriable: bool,
+        kafka_error: object = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.code = code
+        self.retriable = retriable
+        self.kafka_error = kafka_error
+        super().__init__(message)
+
+
 class RecordSendError(StreamsError):
     """The producer refused one record when it was sent (e.g. larger than
     ``message.max.bytes``): Kafka Streams hands such errors to the production exception

@@ -21,7 +21,10 @@ function ``handler(context, record, error) -> HandlerResponse``::
 ``record`` is what failed: the raw :class:`~processor_api.engine.records.InputRecord` for a
 deserialization error, the :class:`~processor_api.Record` the failing processor was given
 (``None`` in a punctuator) for a processing error, the :class:`~processor_api.Record` being
-serialized (or, for a delivery error, the serialized ``OutputRecord``) for a production error.
+serialized (or, for a record the producer could not deliver, the serialized ``OutputRecord``
+as its delivery report gives it, with a :class:`~processor_api.errors.RecordDeliveryError`) for
+a production error. Under ``exactly_once_v2`` such a delivery error fails the batch whatever
+the handler answers: the failed send leaves the transaction abortable.
 The dead-letter records of the response are produced whatever the result; with ``fail`` the
 task then stops with a ``ProcessingError``. A handler that raises, or returns something else
 than a :class:`HandlerResponse`, stops the task too.

@@ -10,7 +10,11 @@ records of its response, then fails or goes on.
 * sink serialization error: ``FAIL`` raises a :class:`FatalProcessingError` (the processing
   handler does not get it a second time); ``RESUME`` drops the output record and processing
   of the input record goes on, as in Kafka Streams;
-* a delivery error of the producer (the runtime's business): :func:`handle_production_error`.
+* a record the producer reported undeliverable after it was sent (the runtime collects them
+  at its flush): :meth:`ErrorHandling.on_delivery_error`. ``FAIL`` fails the batch; ``RESUME``
+  drops the record. Inside a transaction (exactly_once_v2) the failed send has already doomed
+  the transaction, so the batch fails whatever the response and its dead-letter records are
+  not sent (they would be aborted with it).
 
 A handler that raises, or returns something else than a ``HandlerResponse``, fails the task.
 """
@@ -123,8 +127,10 @@ class ErrorHandling:
         context: ErrorHandlerContext,
         record: Any,
         error: BaseException,
+        send_dead_letters: bool = True,
     ) -> HandlerResponse:
-        """Ask ``handler`` and produce the dead-letter records of its response."""
+        """Ask ``handler`` and produce the dead-letter records of its response (unless told
+        not to)."""
         where = {
             "topic": context.topic,
             "partition": context.partition,
@@ -147,7 +153,7 @@ class ErrorHandling:
                 **where,
             )
         default_timestamp = max(context.timestamp or 0, 0)
-        for dead in response.dead_letter_records:
+        for dead in response.dead_letter_records if send_dead_letters else ():
             timestamp = default_timestamp if dead.timestamp is None else dead.timestamp
             self._send(
                 OutputRecord(
@@ -220,16 +226,35 @@ class ErrorHandling:
         *,
         processor: str | None = None,
         source: InputRecord | None = None,
+        in_transaction: bool = False,
     ) -> HandlerResponse:
         """The producer could not deliver ``record``: ask the production handler.
 
-        Its dead-letter records are sent; the caller fails if the response ``failed``.
+        Its dead-letter records are sent; the caller fails if the response ``failed``, else
+        the record is dropped (logged here, once). ``in_transaction`` (exactly_once_v2): the
+        failed send left the transaction abortable, so the caller aborts it whatever the
+        handler answers; the handler is still asked (as in Kafka Streams), but its dead-letter
+        records are not sent, since they would be aborted with the transaction.
         """
         context = self.context(source, processor)
-        response = self._respond("production", self.production, context, record, exc)
-        event = "delivery_failed" if response.failed else "delivery_failed_record_dropped"
-        log = self._log.error if response.failed else self._log.warning
-        log(event, topic=record.topic, partition=record.partition, error=f"{exc}")
+        response = self._respond(
+            "production", self.production, context, record, exc, not in_transaction
+        )
+        where = {"topic": record.topic, "partition": record.partition, "processor": processor}
+        if in_transaction:
+            self._log.error(
+                "delivery_failed_transaction_aborted",
+                **where,
+                error=f"{exc}",
+                handler_result=response.result.value,
+                dead_letter_records_not_sent=len(response.dead_letter_records),
+                detail="under exactly_once_v2 a failed send leaves the transaction abortable: "
+                "the batch is aborted and re-run whatever the handler answers",
+            )
+        elif response.failed:
+            self._log.error("delivery_failed", **where, error=f"{exc}")
+        else:
+            self._log.warning("delivery_failed_record_dropped", **where, error=f"{exc}")
         return response
 
 

@@ -5,9 +5,10 @@
 bounded time instead of retrying for five minutes.
 
 ``DeliveryTracker`` wraps ``Producer.produce`` for code that must know, before it reports a batch
-done, that every record was acknowledged: it records the first delivery error and the highest
+done, that every record was acknowledged: it keeps every failed delivery and the highest
 acknowledged offset per partition; ``flush_and_check`` raises ``DeliveryError`` naming topic,
-partition and cause when anything failed or was not acknowledged in time.
+partition and cause when anything failed or was not acknowledged in time, unless a
+``DeliveryFailureHandler`` (``kafka/delivery.py``) accepts the failed records as dropped.
 
 Note: librdkafka treats a record timestamp of 0 as "now", so a record cannot be produced with
 timestamp 0 (it gets the producer's wall clock); the tracker logs a warning when asked to.
@@ -26,6 +27,14 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from processor_api.errors import DeliveryError, RecordSendError, StreamsError
 from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.delivery import (
+    DeliveryFailureHandler,
+    FailedDelivery,
+    FailureKind,
+    failures_text,
+    flush_failure,
+    producer_failure_text,
+)
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -102,7 +111,7 @@ class DeliveryTracker:
         self._pending_by_topic: Counter[str] = Counter()
         self._delivered = 0
         self._failed = 0
-        self._first_error: tuple[str, int, KafkaError] | None = None
+        self._failures: list[FailedDelivery] = []
         self._acked: dict[tuple[str, int], int] = {}
         self._warned_zero_timestamp = False
         self._unpolled = 0
@@ -140,8 +149,7 @@ class DeliveryTracker:
             self._pending_by_topic[topic] -= 1
             if error is not None:
                 self._failed += 1
-                if self._first_error is None:
-                    self._first_error = (topic, partition, error)
+                self._failures.append(FailedDelivery.from_report(error, message))
                 return
             self._delivered += 1
             key = (topic, partition)
@@ -336,26 +344,36 @@ class DeliveryTracker:
                 detail="librdkafka replaces a record timestamp of 0 by the current time",
             )
 
-    def flush_and_check(self, timeout_s: float = 30.0) -> None:
+    def flush_and_check(
+        self, timeout_s: float = 30.0, on_failures: DeliveryFailureHandler | None = None
+    ) -> None:
         """Wait until every record was acknowledged; raise ``DeliveryError`` otherwise.
 
         The error names the topic, partition and cause of the first failed delivery, or how
         many records were still unacknowledged when ``timeout_s`` ran out.
+
+        With ``on_failures``, records whose delivery failed are handed to it (once each) when
+        every failure is of a kind a handler may decide on (``FailureKind.HANDLED``; a fatal,
+        fenced or purged one raises at once). It raises to fail, or returns: the records are
+        dropped, and the dead-letter records it produced through this tracker are waited
+        for; a failure among those raises (no second round of handling).
         """
-        remaining = self._producer.flush(timeout_s)
+        remaining = self._flush(timeout_s)
         self._settle_output_acks()
-        if self._first_error is not None:
-            topic, partition, error = self._first_error
-            fatal = " (fatal: the producer must be recreated)" if error.fatal() else ""
-            where = (
-                f"partition {partition}"
-                if partition is not None and partition >= 0
-                else "(no partition chosen yet)"
-            )
-            raise DeliveryError(
-                f"delivery to topic {topic!r} {where} failed: "
-                f"{error.name()}: {error.str()}{fatal}; {self._failed} record(s) failed in total"
-            )
+        failures = self._take_failures()
+        if failures:
+            unhandled = [f for f in failures if f.kind is not FailureKind.HANDLED]
+            if on_failures is None or unhandled:
+                raise DeliveryError(failures_text(unhandled or failures))
+            on_failures(failures)
+            remaining = self._flush(timeout_s)
+            self._settle_output_acks()
+            again = self._take_failures()
+            if again:
+                raise DeliveryError(
+                    f"{failures_text(again)}, after the production exception handler "
+                    f"dropped {len(failures)} undeliverable record(s)"
+                )
         if remaining > 0 or self._pending > 0:
             with self._lock:
                 topics = sorted(t for t, n in self._pending_by_topic.items() if n > 0)
@@ -364,6 +382,20 @@ class DeliveryTracker:
                 f"{', '.join(repr(t) for t in topics) or '?'} were not acknowledged within "
                 f"{timeout_s:g}s"
             )
+
+    def _flush(self, timeout_s: float) -> int:
+        try:
+            return self._producer.flush(timeout_s)
+        except (KafkaException, SystemError) as exc:
+            error = flush_failure(exc)
+            if error is None:
+                raise
+            raise DeliveryError(producer_failure_text(error)) from exc
+
+    def _take_failures(self) -> list[FailedDelivery]:
+        with self._lock:
+            failures, self._failures = self._failures, []
+        return failures
 
     def acked_end_offsets(self) -> dict[tuple[str, int], int]:
         """Per ``(topic, partition)``: the last acknowledged offset + 1."""
@@ -381,7 +413,7 @@ class DeliveryTracker:
                 raise StreamsError(
                     f"cannot reset a DeliveryTracker with {self._pending} pending deliveries"
                 )
-            self._first_error = None
+            self._failures = []
             self._failed = 0
             self._delivered = 0
             self._acked.clear()

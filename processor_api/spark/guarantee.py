@@ -33,6 +33,7 @@ from typing import Protocol
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.delivery import DeliveryFailureHandler
 from processor_api.kafka.group import GroupCommitter, committed_offsets, to_topic_partitions
 from processor_api.kafka.names import commit_marker_topic, transactional_id
 from processor_api.kafka.producer import DeliveryTracker, make_producer
@@ -71,8 +72,12 @@ class Guarantee(Protocol):
     def begin(self) -> None:
         """Start a batch."""
 
-    def flush(self) -> None:
-        """Wait until every record sent in this batch is acknowledged (or raise)."""
+    def flush(self, on_failures: DeliveryFailureHandler | None = None) -> None:
+        """Wait until every record sent in this batch is acknowledged (or raise).
+
+        Records the producer reported undeliverable go to ``on_failures`` (which raises to
+        fail the batch or returns to drop them); without it any failure raises.
+        """
 
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """Make the batch durable with its input ``offsets``; returns the metadata for Spark."""
@@ -268,8 +273,8 @@ class AtLeastOnce:
     def begin(self) -> None:
         self.producer.reset()
 
-    def flush(self) -> None:
-        self.producer.flush_and_check(self._flush_timeout_s)
+    def flush(self, on_failures: DeliveryFailureHandler | None = None) -> None:
+        self.producer.flush_and_check(self._flush_timeout_s, on_failures)
 
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """The batch's records are acknowledged: send its marker, then commit the offsets."""
@@ -344,8 +349,8 @@ class ExactlyOnce:
         )  # fmt: skip
         self._in_transaction = True
 
-    def flush(self) -> None:
-        self.producer.flush_and_check(self._flush_timeout_s)
+    def flush(self, on_failures: DeliveryFailureHandler | None = None) -> None:
+        self.producer.flush_and_check(self._flush_timeout_s, on_failures)
 
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """Add the commit marker and the input offsets to the transaction and commit it."""

@@ -105,6 +105,7 @@ def run_task(
             changelog_records=result.changelog_records,
             stream_time=metadata.stream_time,
             duration_ms=round(duration_ms, 1),
+            **({"dropped_records": result.dropped_records} if result.dropped_records else {}),
         )
     yield pd.DataFrame(
         {

@@ -10,8 +10,10 @@ the open stores, the producer and a consumer. A micro-batch is::
     read        exactly the planned offset ranges of its input partitions (confluent-kafka)
     process     the engine: order, deserialize, process, stream-time and wall-clock punctuation
     produce     changelog records (the last write per key); sink records went out as produced
-    commit      every record acknowledged -> the guarantee commits (a transaction under
-                exactly_once_v2) -> buffered store writes applied, local checkpoint written
+    commit      every record acknowledged (records the producer reports undeliverable go to
+                the production handler, ``delivery_failures.py``) -> the guarantee commits (a
+                transaction under exactly_once_v2) -> buffered store writes applied, local
+                checkpoint written
     hand back   the new metadata, which Spark commits with the micro-batch
 
 Any failure drops the task (its uncommitted writes and transaction are abandoned, ``close``
@@ -43,6 +45,7 @@ from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
 from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
+from processor_api.spark.delivery_failures import TaskDeliveryFailures
 from processor_api.spark.global_stores import GlobalStores
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.spark.input_records import drop_aborted, read_ranges
@@ -84,6 +87,7 @@ class BatchResult:
     clock_ms: int
     rebuilt: bool
     next_idle_due: int | None = None  # max.task.idle.ms runs out, or idle stream time is due
+    dropped_records: int = 0  # undeliverable records the production handler dropped
 
 
 class TaskRunner:
@@ -111,6 +115,7 @@ class TaskRunner:
         self._task: Task | None = None
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
+        self._delivery_failures: TaskDeliveryFailures | None = None
         self._committed_json: str | None = None
         self._commit_state = CommitState()
         self._changelog_positions: dict[str, int] = {}
@@ -150,9 +155,11 @@ class TaskRunner:
             restored = self._rebuild(TaskMetadata.from_json(state_json))
             rebuilt = True
         task, stores, collector = self._task, self._stores, self._collector
+        failures = self._delivery_failures
         assert task is not None and stores is not None and collector is not None
+        assert failures is not None
         guarantee = self._guarantee
-        sent_before = collector.sent
+        sent_before, dropped_before = collector.sent, failures.dropped
         processed_before = task.records_processed
         try:
             self._open_batch()
@@ -169,7 +176,7 @@ class TaskRunner:
             task.advance_idle_stream_time()
             pending = self._held_back.after_batch(task, ranges)
             changelog_count = self._produce_changelogs(task, collector)
-            guarantee.flush()
+            guarantee.flush(failures)
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             metadata = replace(task.metadata(), commit=self._commit_state)
@@ -195,6 +202,7 @@ class TaskRunner:
             next_wall_clock_due=task.next_wall_clock_due(),
             clock_ms=task.clock(),
             rebuilt=rebuilt,
+            dropped_records=failures.dropped - dropped_before,
             next_idle_due=min(
                 (
                     due
@@ -311,6 +319,13 @@ class TaskRunner:
             global_task=self._global_task(),
         )
         self._task, self._stores, self._collector = task, stores, collector
+        self._delivery_failures = TaskDeliveryFailures(
+            self.config,
+            self.task_id,
+            self.subtopology,
+            collector.send,
+            exactly_once=self.config.exactly_once,
+        )
         try:
             committed = {**metadata.changelog_offsets,
                          **{n: metadata.input_positions.get(t, 0) for n, t in sources.items()}}  # fmt: skip
