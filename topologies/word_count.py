@@ -25,6 +25,7 @@ Null lines are skipped (``flatMapValues`` of Kafka Streams would fail on them).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from processor_api import Processor, ProcessorContext, Record, Serdes, Stores, Topology
 from processor_api.logging import get_logger
@@ -101,8 +102,12 @@ def build_topology(
     repartition_topic: str = DEFAULT_REPARTITION_TOPIC,
     output_topic: str = DEFAULT_OUTPUT_TOPIC,
     store_name: str = DEFAULT_STORE_NAME,
+    split_supplier: Callable[[], Processor] = SplitProcessor,
 ) -> Topology:
-    """Two sub-topologies: split lines -> ``repartition_topic`` -> count -> ``output_topic``."""
+    """Two sub-topologies: split lines -> ``repartition_topic`` -> count -> ``output_topic``.
+
+    ``split_supplier`` makes the splitting processor (tests pass one that pauses or fails).
+    """
     if repartition_topic in (input_topic, output_topic):
         raise ValueError(
             f"repartition topic {repartition_topic!r} must differ from the input and output topics"
@@ -116,7 +121,7 @@ def build_topology(
         .add_source(
             "lines-source", input_topic, key_serde=Serdes.string(), value_serde=Serdes.string()
         )
-        .add_processor("split", SplitProcessor, "lines-source")
+        .add_processor("split", split_supplier, "lines-source")
         .add_sink(
             "repartition-sink",
             repartition_topic,

@@ -1,4 +1,5 @@
-"""Kafka messages of planned ranges as the engine's input records (tasks and global stores)."""
+"""Kafka messages of planned ranges as the engine's input records (tasks and global stores),
+and a task's input: its reader and the check that keeps aborted repartition records out."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 from processor_api.engine.records import InputRecord
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import CommittedBatches, split_stamp
-from processor_api.kafka.reader import PartitionReader
+from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
+from processor_api.logging import get_logger
 
 
 def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> list[InputRecord]:
@@ -82,3 +85,73 @@ def drop_aborted(
                 )
         kept.append(record)
     return kept, dropped
+
+
+class TaskInput:
+    """A task's input for as long as it lives: one reader of its planned ranges, and (under
+    exactly-once with repartition inputs) what upstream tasks committed, so records of their
+    aborted transactions are dropped (``kafka/batch_stamps.py``)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        task_id: str,
+        *,
+        isolation_level: str,
+        stamped_topics: frozenset[str],
+        marker_topic: str,
+        marker_partitions: dict[str, int],
+        exactly_once: bool,
+        kafka: KafkaClientConfig | None = None,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._task_id = task_id
+        self._isolation_level = isolation_level
+        self._stamped_topics = stamped_topics
+        self._marker_topic = marker_topic
+        self._marker_partitions = marker_partitions
+        self._checks = exactly_once and bool(stamped_topics)
+        self._kafka = kafka
+        self.reader: PartitionReader | None = None
+        self._batches: CommittedBatches | None = None
+        self._log = get_logger("processor_api.task_runner", task=task_id)
+
+    def read(self, ranges: Iterable[Any]) -> list[InputRecord]:
+        """Every record of the planned ranges, as the engine's input records."""
+        ranges = list(ranges)
+        if not ranges:
+            return []
+        if self.reader is None:
+            self.reader = PartitionReader(
+                self._bootstrap,
+                f"task-{self._task_id}",
+                isolation_level=self._isolation_level,
+                fetch=LARGE_FETCH,
+                kafka=self._kafka,
+            )
+        if self._checks and self._batches is None:
+            self._batches = CommittedBatches(
+                self._bootstrap, self._marker_topic, self._marker_partitions, kafka=self._kafka
+            )
+        records, dropped = drop_aborted(
+            read_ranges(self.reader, ranges), self._stamped_topics, self._batches
+        )
+        for (topic, partition, upstream), count in dropped.items():
+            self._log.info(
+                "aborted_records_skipped",
+                topic=topic,
+                partition=partition,
+                upstream_task=upstream,
+                records=count,
+                detail="written by a transaction that aborted (the broker showed them)",
+            )
+        return records
+
+    def close(self) -> None:
+        """Close the reader and the marker reader (idempotent)."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        if self._batches is not None:
+            self._batches.close()
+            self._batches = None

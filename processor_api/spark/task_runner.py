@@ -36,19 +36,18 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.metadata import CommitState, TaskMetadata
-from processor_api.engine.records import InputRecord
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
-from processor_api.kafka.batch_stamps import BatchStamp, CommittedBatches
+from processor_api.kafka.batch_stamps import BatchStamp
 from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
-from processor_api.kafka.reader import LARGE_FETCH, PartitionReader, read_changelog
+from processor_api.kafka.reader import read_changelog
 from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
 from processor_api.spark.delivery_failures import TaskDeliveryFailures
 from processor_api.spark.global_stores import GlobalStores
 from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
-from processor_api.spark.input_records import drop_aborted, read_ranges
+from processor_api.spark.input_records import TaskInput
 from processor_api.spark.job import JobSpec, parse_task_id
 from processor_api.spark.pending_input import (
     HeldBackInput,
@@ -111,7 +110,6 @@ class TaskRunner:
         self.directory = task_directory(spec.state_dir, self.app_id, task_id)
         self._lock = lock
         self._guarantee = self._make_guarantee()
-        self._reader: PartitionReader | None = None
         self._task: Task | None = None
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
@@ -125,8 +123,16 @@ class TaskRunner:
         self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
         # repartition topics: written stamped (exactly-once), read with stamps checked
         self._internal_topics = frozenset(topology.internal_topics())
-        self._stamped_inputs = self._internal_topics & set(subtopology.source_topics)
-        self._committed_batches: CommittedBatches | None = None
+        self._input = TaskInput(
+            spec.bootstrap_servers,
+            task_id,
+            isolation_level=self._guarantee.isolation_level,
+            stamped_topics=self._internal_topics & set(subtopology.source_topics),
+            marker_topic=commit_marker_topic(self.app_id),
+            marker_partitions={task: index for index, task in enumerate(spec.task_ids)},
+            exactly_once=self.config.exactly_once,
+            kafka=spec.kafka,
+        )
         self.inits = 0
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
@@ -166,11 +172,12 @@ class TaskRunner:
             if self._global is not None:
                 self._global.before_batch(collector.send)
             reread = self._held_back.reread(ranges) if rebuilt else []
-            records = self._read(
+            records = self._input.read(
                 [InputRange(t, self.partition, a, b) for t, a, b in reread] + ranges
             )
             if waits_for_lagging_inputs(task, self.spec.bounded):
-                task.update_lags(broker_lags(self._reader, ranges, self.subtopology.source_topics))
+                lags = broker_lags(self._input.reader, ranges, self.subtopology.source_topics)
+                task.update_lags(lags)
             task.process_batch(records)
             task.maybe_punctuate_wall_clock()
             task.advance_idle_stream_time()
@@ -380,43 +387,6 @@ class TaskRunner:
             on_batch=on_batch,
         )
 
-    def _read(self, ranges: list[InputRange]) -> list[InputRecord]:
-        """Every record of the planned ranges, as the engine's input records."""
-        if not ranges:
-            return []
-        if self._reader is None:
-            self._reader = PartitionReader(
-                self.spec.bootstrap_servers,
-                f"task-{self.task_id}",
-                isolation_level=self._guarantee.isolation_level,
-                fetch=LARGE_FETCH,
-                kafka=self.spec.kafka,
-            )
-        records, dropped = drop_aborted(
-            read_ranges(self._reader, ranges), self._stamped_inputs, self._batches()
-        )
-        for (topic, partition, upstream), count in dropped.items():
-            self._log.info(
-                "aborted_records_skipped",
-                topic=topic,
-                partition=partition,
-                upstream_task=upstream,
-                records=count,
-                detail="written by a transaction that aborted (the broker showed them)",
-            )
-        return records
-
-    def _batches(self) -> CommittedBatches | None:
-        """Under exactly-once with repartition inputs: what upstream tasks committed."""
-        if self._committed_batches is None and self._stamped_inputs and self.config.exactly_once:
-            self._committed_batches = CommittedBatches(
-                self.spec.bootstrap_servers,
-                commit_marker_topic(self.app_id),
-                {task: index for index, task in enumerate(self.spec.task_ids)},
-                kafka=self.spec.kafka,
-            )
-        return self._committed_batches
-
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:
         count = 0
         for store_name, changes in task.flush().items():
@@ -467,12 +437,7 @@ class TaskRunner:
             if self._global is not None:
                 self._global.close()
                 self._global = None
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            if self._committed_batches is not None:
-                self._committed_batches.close()
-                self._committed_batches = None
+            self._input.close()
         finally:
             self._lock.__exit__(None, None, None)
         self._log.info("task_closed", duration_ms=round((time.monotonic() - started) * 1000, 1))

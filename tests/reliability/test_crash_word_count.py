@@ -94,7 +94,9 @@ def test_kill_9_inside_an_upstream_transaction_never_counts_a_word_twice(kafka, 
     ) as out:
         records = out.read_to_end(60)
     assert {key: value for key, value, *_ in records} == dict(expected)
-    store = read_local_store(tmp_path / "state", app_id, "counts", Serdes.string(), Serdes.long())
+    store = read_local_store(
+        tmp_path / "state", app_id, "counts-store", Serdes.string(), Serdes.long()
+    )
     assert store == dict(expected)
     # the killed transaction's words were read downstream, and skipped
     assert sum(int(e["records"]) for e in skipped) > 0, "no aborted word reached the count"

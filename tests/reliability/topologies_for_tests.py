@@ -185,24 +185,12 @@ def build_paced_word_count(
     *, input_topic: str, repartition_topic: str, output_topic: str, pause_ms: float = 2.0
 ) -> Topology:
     """``topologies.word_count.build_topology`` with :class:`PacedSplit`."""
-    from topologies.word_count import CountProcessor
+    from topologies.word_count import build_topology
 
     pause_ms = float(pause_ms)
-    strings = {"key_serde": Serdes.string(), "value_serde": Serdes.string()}
-    return (
-        Topology()
-        .add_source("lines", input_topic, **strings)
-        .add_processor("split", lambda: PacedSplit(pause_ms), "lines")
-        .add_sink("to-words", repartition_topic, "split", **strings)
-        .add_source("words", repartition_topic, **strings)
-        .add_processor("count", lambda: CountProcessor("counts"), "words")
-        .add_state_store(
-            Stores.key_value_store_builder(
-                Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
-            ),
-            "count",
-        )
-        .add_sink(
-            "to-counts", output_topic, "count", key_serde=Serdes.string(), value_serde=Serdes.long()
-        )
+    return build_topology(
+        input_topic=input_topic,
+        repartition_topic=repartition_topic,
+        output_topic=output_topic,
+        split_supplier=lambda: PacedSplit(pause_ms),
     )
