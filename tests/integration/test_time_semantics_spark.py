@@ -12,6 +12,21 @@ from tests.harness.topics import TopicReader, produce, uid
 pytestmark = pytest.mark.integration
 
 
+def _merged(kafka, spark, settings, topics: tuple[str, str, str], *, count: int, timeout_s: float):
+    """Run ``build_merge_order`` over (left, right, output) until ``count`` outputs arrived."""
+    left, right, output = topics
+    with TopicReader(kafka.bootstrap_servers, output, bytes.decode, bytes.decode) as out:
+        with BackgroundRun(
+            "tests.integration.time_topologies:build_merge_order",
+            settings,
+            spark=spark,
+            topology_kwargs={"left": left, "right": right, "output": output},
+        ) as run:
+            records = out.wait_for(lambda r: len(r) >= count, timeout_s=timeout_s, while_alive=run)
+            run.stop()
+    return records
+
+
 def test_a_task_waits_for_the_input_the_batch_cut_short(kafka, spark, tmp_path):
     """max.records.per.batch = 3 plans the first batch as left[0, 2) and right[0, 1): after
     right's only record the task must not process left's 10 and 30 while right's 20 is on the
@@ -29,15 +44,7 @@ def test_a_task_waits_for_the_input_the_batch_cut_short(kafka, spark, tmp_path):
         max_records_per_batch=3,
         config={"max.task.idle.ms": 0},
     )
-    with TopicReader(kafka.bootstrap_servers, output, bytes.decode, bytes.decode) as out:
-        with BackgroundRun(
-            "tests.integration.time_topologies:build_merge_order",
-            settings,
-            spark=spark,
-            topology_kwargs={"left": left, "right": right, "output": output},
-        ) as run:
-            records = out.wait_for(lambda r: len(r) >= 4, timeout_s=120, while_alive=run)
-            run.stop()
+    records = _merged(kafka, spark, settings, (left, right, output), count=4, timeout_s=120)
     # without waiting: r5, l10, l30, r20 (l30 before r20, out of timestamp order)
     assert [r.value for r in records] == ["r5", "l10", "r20", "l30"]
     assert [r.timestamp for r in records] == [5, 10, 20, 30]
@@ -58,15 +65,7 @@ def test_max_task_idle_ms_runs_out_without_new_input(kafka, spark, tmp_path):
         tmp_path / "state",
         config={"max.task.idle.ms": 2_000},
     )
-    with TopicReader(kafka.bootstrap_servers, output, bytes.decode, bytes.decode) as out:
-        with BackgroundRun(
-            "tests.integration.time_topologies:build_merge_order",
-            settings,
-            spark=spark,
-            topology_kwargs={"left": left, "right": right, "output": output},
-        ) as run:
-            records = out.wait_for(lambda r: len(r) >= 1, timeout_s=90, while_alive=run)
-            run.stop()
+    records = _merged(kafka, spark, settings, (left, right, output), count=1, timeout_s=90)
     assert [r.value for r in records] == ["l10"]
 
 
