@@ -16,6 +16,7 @@ from typing import Any
 from processor_api.errors import ConfigError
 from processor_api.handlers import resolve_handler
 from processor_api.restore_listener import resolve_restore_listener
+from processor_api.schemas.registry import client_key, is_registry_key
 
 HANDLERS = ("log_and_fail", "log_and_continue")  # built-ins; "module:callable" names others
 HANDLER_KEYS = (
@@ -66,7 +67,8 @@ ELSEWHERE = {
 
 def known_keys() -> frozenset[str]:
     """Every key :meth:`StreamsConfig.from_dict` accepts (normalized, without aliases)."""
-    return frozenset(f.name for f in fields(StreamsConfig) if f.name != "extra") | EXTRA_KEYS
+    fixed = {f.name for f in fields(StreamsConfig)} - {"extra", "schema_registry"}
+    return frozenset(fixed) | EXTRA_KEYS
 
 
 def canonical_key(raw_key: str) -> str:
@@ -77,6 +79,9 @@ def canonical_key(raw_key: str) -> str:
     """
     known = known_keys()
     key = normalize_key(raw_key)
+    if is_registry_key(key):
+        client_key(key)  # ConfigError for a setting the registry client does not know
+        return key
     for candidate in (key, key.removeprefix("default_")):
         candidate = ALIASES.get(candidate, candidate)
         if candidate in known:
@@ -116,6 +121,9 @@ class StreamsConfig:
     stream_time_idle_advance_ms: int | None = None
     #: ``MODULE:CALLABLE`` returning a :class:`~processor_api.restore_listener.StateRestoreListener`
     state_restore_listener: Any = None
+    #: ``schema.registry.*`` settings as ``SchemaRegistryClient`` config (``url``,
+    #: ``basic.auth.user.info``, ...), for the registry serdes that name no registry
+    schema_registry: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -127,16 +135,19 @@ class StreamsConfig:
         ``errors.dead.letter.queue.topic.name``). Known keys that are not fields yet (see
         ``EXTRA_KEYS``) are kept in ``extra``.
         """
-        field_names = {f.name for f in fields(cls)} - {"extra"}
+        field_names = {f.name for f in fields(cls)} - {"extra", "schema_registry"}
         values: dict[str, Any] = {}
         extra: dict[str, Any] = {}
+        registry: dict[str, Any] = {}
         for raw_key, value in (config or {}).items():
             key = canonical_key(str(raw_key))
-            if key in field_names:
+            if is_registry_key(key):
+                registry[client_key(key)] = value
+            elif key in field_names:
                 values[key] = value
             else:
                 extra[key] = value
-        result = cls(**values, extra=extra)
+        result = cls(**values, schema_registry=registry, extra=extra)
         result.validate()
         return result
 

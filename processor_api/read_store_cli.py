@@ -26,7 +26,7 @@ PROG = "read-store"
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``read-store`` arguments."""
-    from processor_api.cli import add_topology_and_kafka_arguments
+    from processor_api.cli import _key_value, add_topology_and_kafka_arguments
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -48,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--to", dest="key_to", metavar="B", help="keys up to B (inclusive)")
     select.add_argument("--prefix", metavar="P", help="keys starting with P (key-value stores)")
     parser.add_argument("--format", choices=["json", "table"], default="json")
+    parser.add_argument(
+        "--config",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="run settings of the application; schema.registry.* ones reach registry serdes",
+    )
     add_topology_and_kafka_arguments(parser)
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument("--log-level", choices=LEVELS, default="warning")
@@ -76,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
     from processor_api.cli import kafka_settings
+    from processor_api.config import StreamsConfig
     from processor_api.store_queries import entry_fields, open_store_reader
 
     kafka = kafka_settings(args)
+    registry = StreamsConfig.from_dict(dict(args.config)).schema_registry
     reader = open_store_reader(
         args.bootstrap_servers,
         args.application_id,
@@ -86,6 +96,7 @@ def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
         args.store,
         kafka_config=kafka,
         topology_kwargs=dict(args.topology_arg),
+        registry=registry,
     )
     key_serde = reader.builder.key_serde
     selection = _selection(args, key_serde, args.store)

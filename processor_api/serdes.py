@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -55,6 +58,10 @@ class Serde:
     passthrough_check_all: ClassVar[Callable[[Sequence[bytes]], bool] | None] = None
     """:attr:`passthrough_check` for many values at once: ``True`` only if it accepts each."""
 
+    topic_aware: ClassVar[bool] = False
+    """Whether the bytes depend on the topic (Schema Registry subjects): then the runtime
+    calls :meth:`for_topic` once per topic it reads or writes and uses what it returns."""
+
     def __init__(
         self,
         serializer: Callable[[Any], bytes],
@@ -64,6 +71,17 @@ class Serde:
         self._serializer = serializer
         self._deserializer = deserializer
         self.name = name
+
+    def for_topic(
+        self, topic: str, is_key: bool, registry: Mapping[str, Any] | None = None
+    ) -> Serde:
+        """The serde to use for ``topic``'s keys (``is_key``) or values.
+
+        Plain serdes are the same for every topic and return themselves; Schema Registry
+        serdes return a copy bound to the topic's subject. ``registry`` is the run's
+        ``schema.registry.*`` settings (client config), for registry serdes that name none.
+        """
+        return self
 
     def serialize(self, obj: Any) -> bytes | None:
         """Serialize ``obj`` to bytes; ``None`` stays ``None``."""
@@ -347,3 +365,36 @@ class Serdes:
     def json() -> Serde:
         """Any JSON-compatible Python object as compact UTF-8 JSON."""
         return Serdes._JSON
+
+    @staticmethod
+    def avro(
+        schema: str | None = None, *, registry: str | Mapping[str, Any] | None = None
+    ) -> Serde:
+        """Avro with a Confluent Schema Registry; values are dicts.
+
+        With ``schema`` (Avro schema JSON text) serializing registers it under the topic's
+        subject (``<topic>-key`` / ``<topic>-value``); without, the serde only deserializes,
+        with the writer's schema fetched by id. ``registry`` is a URL or a
+        ``SchemaRegistryClient`` config dict; ``None`` takes the run's
+        ``schema.registry.*`` settings. Needs ``confluent-kafka[avro,schemaregistry]``.
+        """
+        from processor_api.schemas.serdes import avro
+
+        return avro(schema, registry)
+
+    @staticmethod
+    def json_schema(
+        schema: str | None = None, *, registry: str | Mapping[str, Any] | None = None
+    ) -> Serde:
+        """JSON Schema with a Confluent Schema Registry; values are dicts (see :meth:`avro`)."""
+        from processor_api.schemas.serdes import json_schema
+
+        return json_schema(schema, registry)
+
+    @staticmethod
+    def protobuf(message_type: Any, *, registry: str | Mapping[str, Any] | None = None) -> Serde:
+        """Protobuf messages of ``message_type`` with a Confluent Schema Registry (see
+        :meth:`avro`); the schema registered is the message's file descriptor."""
+        from processor_api.schemas.serdes import protobuf
+
+        return protobuf(message_type, registry)

@@ -26,12 +26,14 @@ def open_store_reader(
     *,
     kafka_config: Mapping[str, Any] | None = None,
     topology_kwargs: Mapping[str, Any] | None = None,
+    registry: Mapping[str, Any] | None = None,
 ) -> StoreReader:
     """A :class:`~processor_api.kafka.store_reader.StoreReader` for ``store`` of the application.
 
     ``topology`` is a :class:`Topology` or ``"module:function"`` (called with
     ``topology_kwargs``); ``kafka_config`` holds Kafka client settings as ``run-topology
-    --kafka-config`` takes them (``consumer.``/``admin.`` prefixes too).
+    --kafka-config`` takes them (``consumer.``/``admin.`` prefixes too); ``registry`` the
+    Schema Registry client config for registry serdes that name none.
     """
     from processor_api.kafka.client_config import KafkaClientConfig
     from processor_api.kafka.store_reader import StoreReader
@@ -41,7 +43,9 @@ def open_store_reader(
 
         topology = load_topology(topology, dict(topology_kwargs or {}))
     kafka = KafkaClientConfig.from_dict(dict(kafka_config)) if kafka_config else None
-    return StoreReader(bootstrap_servers, application_id, topology, store, kafka=kafka)
+    return StoreReader(
+        bootstrap_servers, application_id, topology, store, kafka=kafka, registry=registry
+    )
 
 
 def read_store(

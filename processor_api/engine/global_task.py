@@ -37,6 +37,7 @@ from processor_api.processor import (
     Record,
     RecordMetadata,
 )
+from processor_api.serdes import Serde
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.topology_nodes import GlobalStoreNode, SourceNode
 
@@ -107,6 +108,8 @@ class GlobalProcessorContext(ProcessorContext):
 class _GlobalNode:
     store_name: str
     source: SourceNode
+    key_serde: Serde
+    value_serde: Serde
     processor_name: str
     processor: Processor
     context: GlobalProcessorContext
@@ -140,9 +143,9 @@ class GlobalTask:
         self._closed = False
         definitions = list(global_stores)
         for definition in definitions:
-            self.stores[definition.store_name] = store_factory(
-                definition.builder, self._record_timestamp
-            )
+            # a global store's changelog is its source topic
+            builder = definition.builder.bound_to(definition.topic, self.config.schema_registry)
+            self.stores[definition.store_name] = store_factory(builder, self._record_timestamp)
         for definition in definitions:
             name = definition.processor.name
             processor = definition.processor.supplier()
@@ -151,9 +154,14 @@ class GlobalTask:
                     f"supplier of global store processor {name!r} returned {processor!r}, "
                     "expected a Processor instance"
                 )
+            source = definition.source
             self._by_topic[definition.topic] = _GlobalNode(
                 definition.store_name,
-                definition.source,
+                source,
+                source.key_serde.for_topic(definition.topic, True, self.config.schema_registry),
+                source.value_serde.for_topic(
+                    definition.topic, False, self.config.schema_registry
+                ),
                 name,
                 processor,
                 GlobalProcessorContext(self, name),
@@ -210,8 +218,8 @@ class GlobalTask:
     def _stamp(self, node: _GlobalNode, raw: InputRecord) -> Record | None:
         source = node.source
         try:
-            key = source.key_serde.deserialize(raw.key)
-            value = source.value_serde.deserialize(raw.value)
+            key = node.key_serde.deserialize(raw.key)
+            value = node.value_serde.deserialize(raw.value)
         except Exception as exc:
             self.errors.on_deserialization_error(raw, source.name, exc)  # raises to fail
             return None

@@ -43,6 +43,8 @@ class RecordQueue:
         "topic",
         "index",
         "source",
+        "key_serde",
+        "value_serde",
         "node",
         "partition_time",
         "head",
@@ -65,10 +67,14 @@ class RecordQueue:
         on_deserialization_error: OnDeserializationError,
         on_skipped: OnSkipped,
         log: Any,
+        registry: Mapping[str, Any] | None = None,
     ) -> None:
         self.topic = topic
         self.index = index  # tie-break between heads of equal timestamp: source topic order
         self.source = source
+        # bound once per topic: Schema Registry serdes need the topic for their subject
+        self.key_serde = source.key_serde.for_topic(topic, True, registry)
+        self.value_serde = source.value_serde.for_topic(topic, False, registry)
         self.node = node
         self.partition_time = partition_time
         self.head: Record | None = None
@@ -111,8 +117,8 @@ class RecordQueue:
         """Deserialize ``raw`` and give it its timestamp; None if it is to be dropped."""
         source = self.source
         try:
-            key = source.key_serde.deserialize(raw.key)
-            value = source.value_serde.deserialize(raw.value)
+            key = self.key_serde.deserialize(raw.key)
+            value = self.value_serde.deserialize(raw.value)
         except Exception as exc:
             self._on_error(raw, source.name, exc)
             return None
@@ -186,6 +192,7 @@ class PartitionGroup:
         task_id: str,
         log: Any,
         max_task_idle_ms: int = 0,
+        registry: Mapping[str, Any] | None = None,
     ) -> None:
         self.task_id = task_id
         self.queues: dict[str, RecordQueue] = {
@@ -198,6 +205,7 @@ class PartitionGroup:
                 on_deserialization_error,
                 on_skipped,
                 log,
+                registry,
             )
             for index, (topic, (source, node)) in enumerate(sources_by_topic.items())
         }

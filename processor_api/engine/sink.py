@@ -11,9 +11,9 @@ store's serdes and the sink's have the same wire format.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from processor_api.engine.records import OutputRecord, RecordCollector
 from processor_api.errors import ProcessingError, RecordSendError, StreamsError
@@ -62,6 +62,8 @@ class SinkNode:
         "collector",
         "_definition",
         "_on_serialization_error",
+        "_registry",
+        "_per_topic",
     )
 
     def __init__(
@@ -69,6 +71,7 @@ class SinkNode:
         definition: SinkDefinition,
         collector: RecordCollector,
         on_serialization_error: OnSerializationError = _raise_sink_error,
+        registry: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = definition.name
         self.topic = definition.topic  # None: a topic extractor decides per record
@@ -78,6 +81,16 @@ class SinkNode:
         self.collector = collector
         self._definition = definition
         self._on_serialization_error = on_serialization_error
+        self._registry = registry
+        # Serdes whose bytes depend on the topic (Schema Registry subjects) are bound once to
+        # a fixed topic; with a topic extractor, once per topic met (None: plain serdes).
+        self._per_topic: dict[str, tuple[Serde, Serde]] | None = None
+        if self.key_serde.topic_aware or self.value_serde.topic_aware:
+            if self.topic is not None:
+                self.key_serde = self.key_serde.for_topic(self.topic, True, registry)
+                self.value_serde = self.value_serde.for_topic(self.topic, False, registry)
+            else:
+                self._per_topic = {}
 
     def send(self, record: Record) -> None:
         """Serialize ``record`` and hand it to the collector."""
@@ -92,15 +105,19 @@ class SinkNode:
                 raise
             except Exception as exc:
                 raise sink_error(self.name, exc) from exc
+        if self._per_topic is None:
+            key_serde, value_serde = self.key_serde, self.value_serde
+        else:
+            key_serde, value_serde = self._serdes_for(topic)  # type: ignore[arg-type]
         try:
-            key = self.key_serde.serialize(record.key)
+            key = key_serde.serialize(record.key)
         except ProcessingError:
             raise
         except Exception as exc:
             self._on_serialization_error(self, record, exc, "key")
             return
         try:
-            value = self.value_serde.serialize(record.value)
+            value = value_serde.serialize(record.value)
         except ProcessingError:
             raise
         except Exception as exc:
@@ -112,6 +129,16 @@ class SinkNode:
             )
         except RecordSendError as exc:
             self._on_serialization_error(self, record, exc, "send")
+
+    def _serdes_for(self, topic: str) -> tuple[Serde, Serde]:
+        serdes = self._per_topic.get(topic)  # type: ignore[union-attr]
+        if serdes is None:
+            serdes = (
+                self.key_serde.for_topic(topic, True, self._registry),
+                self.value_serde.for_topic(topic, False, self._registry),
+            )
+            self._per_topic[topic] = serdes  # type: ignore[index]
+        return serdes
 
     def _partition(self, topic: str, record: Record) -> int | None:
         count = self.collector.partition_count(topic)

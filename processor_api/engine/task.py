@@ -44,6 +44,7 @@ from processor_api.engine.punctuation import (
 from processor_api.engine.records import InputRecord, RecordCollector
 from processor_api.engine.sink import SinkNode
 from processor_api.errors import ProcessingError, StreamsError
+from processor_api.kafka.names import changelog_topic
 from processor_api.logging import get_logger
 from processor_api.processor import Cancellable, PunctuationType, Record
 from processor_api.state.builder import StoreBuilder, StoreStack
@@ -119,12 +120,18 @@ class Task:
         )
         self.stores: dict[str, StoreStack] = {}
         for store_name in subtopology.store_names:
-            self.stores[store_name] = store_factory(
-                store_builders[store_name], self._current_record_timestamp
+            builder = store_builders[store_name].bound_to(
+                changelog_topic(self.application_id, store_name), self.config.schema_registry
             )
+            self.stores[store_name] = store_factory(builder, self._current_record_timestamp)
         self.graph = NodeGraph(
             subtopology,
-            lambda definition: SinkNode(definition, collector, self.errors.on_serialization_error),
+            lambda definition: SinkNode(
+                definition,
+                collector,
+                self.errors.on_serialization_error,
+                self.config.schema_registry,
+            ),
             lambda node: ProcessorContextImpl(self, node),
         )
         self.partition_group = PartitionGroup(
@@ -135,6 +142,7 @@ class Task:
             self.task_id,
             self._log,
             self.config.max_task_idle_ms,
+            self.config.schema_registry,
         )
 
     def _current_record_timestamp(self) -> int:

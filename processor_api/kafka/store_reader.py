@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,8 +102,11 @@ class StoreReader:
         store: str,
         *,
         kafka: KafkaClientConfig | None = None,
+        registry: Mapping[str, Any] | None = None,
     ) -> None:
-        self.builder = store_builder(topology, store)
+        # serdes bound to the changelog topic, as the application's tasks bind them
+        topic = changelog_topic(application_id, store)
+        self.builder = store_builder(topology, store).bound_to(topic, registry)
         self.location = locate(bootstrap_servers, application_id, topology, store, kafka=kafka)
 
     @property

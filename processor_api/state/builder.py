@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,20 @@ class StoreBuilder:
     def changelog_topic_defaults(self) -> dict[str, str]:
         """Changelog topic configs this kind of store sets unless overridden."""
         return {}
+
+    def bound_to(self, topic: str, registry: Mapping[str, Any] | None = None) -> StoreBuilder:
+        """This builder with serdes bound to ``topic`` (the store's changelog topic).
+
+        Returns ``self`` unless a serde's bytes depend on the topic (Schema Registry serdes):
+        then a copy whose serdes use the subjects ``<topic>-key`` / ``<topic>-value``, as
+        Kafka Streams' state serdes do. ``registry``: the run's registry settings.
+        """
+        if not (self.key_serde.topic_aware or self.value_serde.topic_aware):
+            return self
+        bound = copy.copy(self)
+        bound.key_serde = self.key_serde.for_topic(topic, True, registry)
+        bound.value_serde = self.value_serde.for_topic(topic, False, registry)
+        return bound
 
     def with_logging_enabled(self, config: dict | None = None) -> StoreBuilder:
         """Log every write to the changelog topic; ``config`` holds extra topic configs."""

@@ -91,6 +91,7 @@ class TaskStores:
     def build(self, builder: StoreBuilder, timestamp_fn: Callable[[], int]) -> StoreStack:
         """Store factory for :class:`~processor_api.engine.task.Task` (buffered stores)."""
         self._timestamp_fn = timestamp_fn
+        self._builders[builder.name] = builder  # as the task bound it (serdes, clocks)
         if builder.persistent:
             self._had_local_copy.setdefault(builder.name, self._store_files_exist(builder.name))
             raw = builder.supplier.get(self.directory)

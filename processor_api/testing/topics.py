@@ -48,8 +48,9 @@ class TestInputTopic:
     ) -> None:
         self.topic = topic
         self._driver = driver
-        self._key_serde = key_serde
-        self._value_serde = value_serde
+        registry = driver.config.schema_registry
+        self._key_serde = key_serde.for_topic(topic, True, registry)
+        self._value_serde = value_serde.for_topic(topic, False, registry)
         if auto_advance < 0:
             raise ValueError(
                 f"topic {topic!r}: auto_advance must not be negative, got {auto_advance!r}"
@@ -110,8 +111,9 @@ class TestOutputTopic:
     ) -> None:
         self.topic = topic
         self._driver = driver
-        self._key_serde = key_serde
-        self._value_serde = value_serde
+        registry = driver.config.schema_registry
+        self._key_serde = key_serde.for_topic(topic, True, registry)
+        self._value_serde = value_serde.for_topic(topic, False, registry)
 
     def read_record(self) -> Record:
         """The next record (key, value, timestamp, headers); raises NoSuchElementError if none."""

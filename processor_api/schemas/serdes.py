@@ -1,0 +1,216 @@
+"""Schema Registry serdes (Avro, JSON Schema, Protobuf) over ``confluent_kafka.schema_registry``.
+
+The wire format (magic byte 0, 4-byte schema id, payload) and the registry protocol are
+``confluent_kafka``'s: bytes written here are read by its deserializers and the other way
+round. A registry serde needs the topic and the side (key or value) of the bytes for its
+subject (Confluent's TopicNameStrategy, ``<topic>-key`` / ``<topic>-value``), so the runtime
+binds it once per topic with :meth:`RegistrySerde.for_topic` (sources, sinks, changelogs,
+repartition topics, test topics); a bound serde's per-record path is one call into
+``confluent_kafka``'s (de)serializer with a prebuilt context.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from processor_api.errors import ConfigError
+from processor_api.schemas.registry import client_config, client_for
+from processor_api.serdes import Serde, SerializationError
+
+MakeSerializer = Callable[[Any], Callable[[Any, Any], bytes]]
+MakeDeserializer = Callable[[Any], Callable[[bytes, Any], Any]]
+
+
+def _frozen(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in config.items()))
+
+
+class RegistrySerde(Serde):
+    """A Schema Registry serde not yet bound to a topic (what ``Serdes.avro()`` etc. return).
+
+    ``registry`` is the serde's own registry (URL or client config dict) or ``None`` for the
+    run's ``schema.registry.*`` settings. Without a writer schema (``make_serializer`` None)
+    the serde only deserializes.
+    """
+
+    __slots__ = ("format", "_registry", "_make_ser", "_make_de", "_bound", "_codecs", "_lock")
+    topic_aware = True
+
+    def __init__(
+        self,
+        fmt: str,
+        registry: str | Mapping[str, Any] | None,
+        make_serializer: MakeSerializer | None,
+        make_deserializer: MakeDeserializer,
+    ) -> None:
+        super().__init__(self._unbound, self._unbound, fmt)
+        self.format = fmt
+        self._registry = None if registry is None else client_config(registry)
+        self._make_ser = make_serializer
+        self._make_de = make_deserializer
+        self._bound: dict[tuple, BoundRegistrySerde] = {}
+        self._codecs: dict[int, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def _unbound(self, _: Any) -> Any:
+        raise SerializationError(
+            f"{self.format} serde is not bound to a topic: the runtime binds it to the topic "
+            "it reads or writes; by hand call serde.for_topic(topic, is_key=...)"
+        )
+
+    def for_topic(
+        self, topic: str, is_key: bool, registry: Mapping[str, Any] | None = None
+    ) -> BoundRegistrySerde:
+        """This serde for ``topic``'s keys or values: subject ``<topic>-key``/``-value``.
+
+        ``registry`` is the run's registry settings, used when the serde names none.
+        """
+        config = self._registry if self._registry is not None else registry
+        if not config:
+            raise ConfigError(
+                f"{self.format} serde for topic {topic!r} names no registry and the run has "
+                "no schema.registry.url (give registry=... or --config schema.registry.url=...)"
+            )
+        key = (topic, is_key, _frozen(config))
+        bound = self._bound.get(key)
+        if bound is None:
+            with self._lock:
+                client = client_for(config)
+                codecs = self._codecs.get(id(client))
+                if codecs is None:
+                    serializer = self._make_ser(client) if self._make_ser is not None else None
+                    codecs = self._codecs[id(client)] = (serializer, self._make_de(client))
+                bound = self._bound[key] = BoundRegistrySerde(self.format, topic, is_key, *codecs)
+        return bound
+
+    def __repr__(self) -> str:
+        return f"Serde({self.format})"
+
+
+class BoundRegistrySerde(Serde):
+    """A registry serde bound to one topic and side: what sources and sinks call per record."""
+
+    __slots__ = ("topic", "is_key", "subject", "_ser", "_de", "_ctx")
+
+    def __init__(
+        self,
+        fmt: str,
+        topic: str,
+        is_key: bool,
+        serializer: Callable[[Any, Any], bytes] | None,
+        deserializer: Callable[[bytes, Any], Any],
+    ) -> None:
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        super().__init__(self._serialize, self._deserialize, fmt)
+        self.topic = topic
+        self.is_key = is_key
+        self.subject = f"{topic}-{'key' if is_key else 'value'}"
+        self._ser = serializer
+        self._de = deserializer
+        self._ctx = SerializationContext(topic, MessageField.KEY if is_key else MessageField.VALUE)
+
+    def for_topic(
+        self, topic: str, is_key: bool, registry: Mapping[str, Any] | None = None
+    ) -> Serde:
+        """Bound already: itself for its own topic and side."""
+        if topic == self.topic and is_key == self.is_key:
+            return self
+        raise SerializationError(
+            f"{self.name} serde bound to subject {self.subject!r} cannot be used for topic "
+            f"{topic!r} ({'key' if is_key else 'value'})"
+        )
+
+    def serialize(self, obj: Any) -> bytes | None:
+        """Serialize ``obj`` (registering the schema under the subject if new)."""
+        if obj is None:
+            return None
+        serializer = self._ser
+        if serializer is None:
+            raise SerializationError(
+                f"{self.name} serde without a schema only deserializes (subject {self.subject!r})"
+            )
+        try:
+            return serializer(obj, self._ctx)
+        except Exception as exc:
+            raise SerializationError(
+                f"{self.name} serde cannot serialize {type(obj).__name__} for subject "
+                f"{self.subject!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def deserialize(self, data: bytes | None) -> Any:
+        """Deserialize with the writer's schema, fetched by id from the registry (cached)."""
+        if data is None:
+            return None
+        try:
+            return self._de(data, self._ctx)
+        except Exception as exc:
+            raise SerializationError(self._describe(data, exc)) from exc
+
+    def _describe(self, data: bytes, exc: Exception) -> str:
+        # The header is read only to name what failed; confluent_kafka did the decoding.
+        if len(data) < 5 or data[0] != 0:
+            found = f"0x{data[0]:02x}" if data else "no byte"
+            header = f"magic byte {found}, expected 0x00: not Schema Registry framing"
+        else:
+            header = f"schema id {int.from_bytes(data[1:5], 'big')}"
+        return (
+            f"{self.name} serde cannot deserialize {len(data)} bytes of subject "
+            f"{self.subject!r} ({header}): {type(exc).__name__}: {exc}"
+        )
+
+    def _serialize(self, obj: Any) -> bytes:  # pragma: no cover - serialize() overrides
+        return self.serialize(obj)  # type: ignore[return-value]
+
+    def _deserialize(self, data: bytes) -> Any:  # pragma: no cover - deserialize() overrides
+        return self.deserialize(data)
+
+    def __repr__(self) -> str:
+        return f"Serde({self.name}, subject={self.subject!r})"
+
+
+def _serializer_conf() -> dict[str, Any]:
+    from confluent_kafka.schema_registry import topic_subject_name_strategy
+
+    # TopicNameStrategy named explicitly: no registry lookups of subject associations
+    return {"subject.name.strategy": topic_subject_name_strategy}
+
+
+def avro(schema: str | None, registry: str | Mapping[str, Any] | None) -> RegistrySerde:
+    """An Avro serde (values are dicts); see ``Serdes.avro``."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+    def make_ser(client: Any) -> Any:
+        return AvroSerializer(client, schema, conf=_serializer_conf())
+
+    return RegistrySerde("avro", registry, make_ser if schema else None, AvroDeserializer)
+
+
+def json_schema(schema: str | None, registry: str | Mapping[str, Any] | None) -> RegistrySerde:
+    """A JSON Schema serde (values are dicts); see ``Serdes.json_schema``."""
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    def make_ser(client: Any) -> Any:
+        return JSONSerializer(schema, client, conf=_serializer_conf())
+
+    def make_de(client: Any) -> Any:
+        return JSONDeserializer(None, schema_registry_client=client)
+
+    return RegistrySerde("json_schema", registry, make_ser if schema else None, make_de)
+
+
+def protobuf(message_type: Any, registry: str | Mapping[str, Any] | None) -> RegistrySerde:
+    """A Protobuf serde for ``message_type`` (values are messages); see ``Serdes.protobuf``."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    def make_ser(client: Any) -> Any:
+        conf = {**_serializer_conf(), "use.deprecated.format": False}
+        return ProtobufSerializer(message_type, client, conf=conf)
+
+    def make_de(client: Any) -> Any:
+        conf = {"use.deprecated.format": False}
+        return ProtobufDeserializer(message_type, conf, schema_registry_client=client)
+
+    return RegistrySerde("protobuf", registry, make_ser, make_de)

@@ -1,0 +1,176 @@
+"""Schema Registry serdes in the test driver, against confluent-kafka's in-process ``mock://``
+registry (no Confluent-compatible registry server installs here from the package registries).
+
+Bytes written by ``confluent_kafka``'s own serializers are read by the topology, and what the
+topology writes is read by ``confluent_kafka``'s deserializers.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from processor_api import Topology
+from processor_api.errors import ConfigError, ProcessingError
+from processor_api.schemas import client_for
+from processor_api.serdes import Serdes
+from processor_api.testing import TopologyTestDriver
+from tests.harness.schemas import USER_AVRO, USER_JSON_SCHEMA, UserProto, build_topology
+
+KINDS = ["avro", "json_schema", "protobuf"]
+
+
+def _url() -> str:
+    return f"mock://{uuid.uuid4().hex}"
+
+
+def _user(kind: str, user_id: int, name: str):
+    return UserProto(id=user_id, name=name) if kind == "protobuf" else {"id": user_id, "name": name}
+
+
+def _plain(kind: str, value) -> dict:
+    return {"id": value.id, "name": value.name} if kind == "protobuf" else value
+
+
+def _confluent(kind: str, client):
+    """confluent_kafka's own serializer and deserializer of the user type."""
+    if kind == "avro":
+        return AvroSerializer(client, USER_AVRO), AvroDeserializer(client)
+    if kind == "json_schema":
+        return JSONSerializer(USER_JSON_SCHEMA, client), JSONDeserializer(
+            None, schema_registry_client=client
+        )
+    conf = {"use.deprecated.format": False}
+    return (
+        ProtobufSerializer(UserProto, client, conf),
+        ProtobufDeserializer(UserProto, conf, schema_registry_client=client),
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bytes_interoperate_with_confluent_kafka_serializers(kind):
+    url = _url()
+    client = client_for({"url": url})
+    serializer, deserializer = _confluent(kind, client)
+    written = serializer(_user(kind, 7, "ann"), SerializationContext("users", MessageField.VALUE))
+    with TopologyTestDriver(build_topology(kind, registry=url)) as driver:
+        source = driver.create_input_topic("users", Serdes.string(), Serdes.bytes())
+        out = driver.create_output_topic("users-renamed", Serdes.string(), Serdes.bytes())
+        source.pipe_input("k", written)
+        raw = out.read_value()
+        context = SerializationContext("users-renamed", MessageField.VALUE)
+        assert _plain(kind, deserializer(raw, context)) == {"id": 7, "name": "ANN"}
+        assert _plain(kind, driver.get_key_value_store("users").get("k")) == {
+            "id": 7,
+            "name": "ANN",
+        }
+    # TopicNameStrategy everywhere, the store's changelog included (as Kafka Streams does)
+    assert set(client.get_subjects()) == {
+        "users-value",
+        "users-renamed-value",
+        "topology-test-driver-users-changelog-value",
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_registry_comes_from_the_run_config_when_the_serde_names_none(kind):
+    url = _url()
+    config = {"schema.registry.url": url, "schema.registry.basic.auth.user.info": "u:p"}
+    with TopologyTestDriver(build_topology(kind), config) as driver:
+        driver.create_input_topic("users").pipe_input("k", _user(kind, 1, "bo"))
+        assert _plain(kind, driver.create_output_topic("users-renamed").read_value()) == {
+            "id": 1,
+            "name": "BO",
+        }
+    assert (
+        "users-renamed-value"
+        in client_for({"url": url, "basic.auth.user.info": "u:p"}).get_subjects()
+    )
+
+
+def test_a_serde_without_registry_in_a_run_without_one_fails_naming_the_topic():
+    with pytest.raises(ConfigError, match="avro serde for topic '.*' names no registry"):
+        TopologyTestDriver(build_topology("avro"))
+
+
+def test_unknown_registry_settings_are_refused_with_the_closest_known_one():
+    with pytest.raises(ConfigError, match="did you mean 'schema.registry.basic.auth.user.info'"):
+        TopologyTestDriver(build_topology("avro"), {"schema.registry.basic.auth.user": "u:p"})
+
+
+def test_a_serde_without_schema_only_deserializes():
+    url = _url()
+    client = client_for({"url": url})
+    serializer, _ = _confluent("avro", client)
+    topology = Topology()
+    topology.add_source(
+        "in", "users", key_serde=Serdes.string(), value_serde=Serdes.avro(registry=url)
+    )
+    topology.add_sink("out", "names", "in", key_serde=Serdes.string(), value_serde=Serdes.json())
+    with TopologyTestDriver(topology) as driver:
+        written = serializer(
+            {"id": 3, "name": "cy"}, SerializationContext("users", MessageField.VALUE)
+        )
+        driver.create_input_topic("users", Serdes.string(), Serdes.bytes()).pipe_input("k", written)
+        assert driver.create_output_topic("names").read_value() == {"id": 3, "name": "cy"}
+    reader = Serdes.avro(registry=url).for_topic("users", False)
+    with pytest.raises(ValueError, match="without a schema only deserializes"):
+        reader.serialize({"id": 1, "name": "x"})
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"{not avro}", r"magic byte 0x7b, expected 0x00"),
+        (b"\x00\x00\x00\x03\xe7\x02\x02a", r"schema id 999"),
+    ],
+    ids=["wrong-magic-byte", "unknown-schema-id"],
+)
+def test_bad_data_goes_to_the_deserialization_handler_naming_subject_id_and_offset(data, expected):
+    url = _url()
+    with TopologyTestDriver(build_topology("avro", registry=url)) as driver:
+        source = driver.create_input_topic("users", Serdes.string(), Serdes.bytes())
+        with pytest.raises(ProcessingError) as failure:
+            source.pipe_input("k", data)
+    message = str(failure.value)
+    assert "subject 'users-value'" in message
+    assert expected in message
+    assert "topic=users" in message.replace("'", "") and "offset=0" in message
+    config = {"default.deserialization.exception.handler": "log_and_continue"}
+    with TopologyTestDriver(build_topology("avro", registry=url), config) as driver:
+        source = driver.create_input_topic("users", Serdes.string(), Serdes.bytes())
+        source.pipe_input("bad", data)
+        driver.create_input_topic("users").pipe_input("good", {"id": 2, "name": "di"})
+        assert driver.create_output_topic("users-renamed").read_key_values_to_list() == [
+            ("good", {"id": 2, "name": "DI"})
+        ]
+
+
+def test_a_sink_with_a_topic_extractor_registers_under_each_topic_it_writes():
+    url = _url()
+    value = Serdes.avro(USER_AVRO, registry=url)
+    topology = Topology()
+    topology.add_source("in", "users", key_serde=Serdes.string(), value_serde=value)
+    topology.add_sink(
+        "out",
+        lambda record: f"users-{record.key}",
+        "in",
+        key_serde=Serdes.string(),
+        value_serde=value,
+    )
+    with TopologyTestDriver(topology) as driver:
+        source = driver.create_input_topic("users")
+        source.pipe_input("a", {"id": 1, "name": "a"})
+        source.pipe_input("b", {"id": 2, "name": "b"})
+        out = driver.create_output_topic("users-b", Serdes.string(), value)
+        assert out.read_value() == {"id": 2, "name": "b"}
+    assert set(client_for({"url": url}).get_subjects()) == {
+        "users-value",
+        "users-a-value",
+        "users-b-value",
+    }

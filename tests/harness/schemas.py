@@ -1,0 +1,103 @@
+"""Schemas, a Protobuf message type and a topology with Schema Registry serdes, for tests.
+
+The Protobuf type is built from a descriptor at import (no ``protoc`` here), so Spark's Python
+workers get the same class by importing this module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from processor_api import Topology
+from processor_api.processor import Processor, Record
+from processor_api.serdes import Serdes
+from processor_api.state import Stores
+
+USER_AVRO = json.dumps(
+    {
+        "type": "record",
+        "name": "User",
+        "namespace": "tests",
+        "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
+    }
+)
+USER_JSON_SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "title": "User",
+        "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+        "required": ["id", "name"],
+    }
+)
+
+
+def _user_message_type() -> Any:
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tests/user.proto", package="tests", syntax="proto3"
+    )
+    message = proto.message_type.add(name="User")
+    message.field.add(name="id", number=1, type=3, label=1)  # int64
+    message.field.add(name="name", number=2, type=9, label=1)  # string
+    pool = descriptor_pool.Default()
+    try:
+        descriptor = pool.FindMessageTypeByName("tests.User")
+    except KeyError:
+        pool.Add(proto)
+        descriptor = pool.FindMessageTypeByName("tests.User")
+    return message_factory.GetMessageClass(descriptor)
+
+
+UserProto = _user_message_type()
+
+
+def serdes_of(kind: str, registry: Any = None) -> Any:
+    """The value serde of ``kind`` (``avro``, ``json_schema``, ``protobuf``)."""
+    if kind == "avro":
+        return Serdes.avro(USER_AVRO, registry=registry)
+    if kind == "json_schema":
+        return Serdes.json_schema(USER_JSON_SCHEMA, registry=registry)
+    return Serdes.protobuf(UserProto, registry=registry)
+
+
+class _RenameAndCount(Processor):
+    """Upper-cases the user's name, keeps the last user per key in the store, forwards it."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store("users")
+
+    def process(self, record: Record) -> None:
+        user = record.value
+        if self.kind == "protobuf":
+            renamed: Any = UserProto(id=user.id, name=user.name.upper())
+        else:
+            renamed = {"id": user["id"], "name": user["name"].upper()}
+        self.store.put(record.key, renamed)
+        self.context.forward(record.with_value(renamed))
+
+
+def build_topology(
+    kind: str = "avro",
+    registry: Any = None,
+    input_topic: str = "users",
+    output_topic: str = "users-renamed",
+) -> Topology:
+    """users (string key, registry value) -> rename -> users-renamed; store ``users``."""
+    value = serdes_of(kind, registry)
+    topology = Topology()
+    topology.add_source("in", input_topic, key_serde=Serdes.string(), value_serde=value)
+    topology.add_processor("rename", lambda: _RenameAndCount(kind), "in")
+    topology.add_state_store(
+        Stores.key_value_store_builder(
+            Stores.in_memory_key_value_store("users"), Serdes.string(), value
+        ),
+        "rename",
+    )
+    topology.add_sink("out", output_topic, "rename", key_serde=Serdes.string(), value_serde=value)
+    return topology
