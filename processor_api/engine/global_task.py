@@ -159,9 +159,7 @@ class GlobalTask:
                 definition.store_name,
                 source,
                 source.key_serde.for_topic(definition.topic, True, self.config.schema_registry),
-                source.value_serde.for_topic(
-                    definition.topic, False, self.config.schema_registry
-                ),
+                source.value_serde.for_topic(definition.topic, False, self.config.schema_registry),
                 name,
                 processor,
                 GlobalProcessorContext(self, name),

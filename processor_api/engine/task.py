@@ -124,6 +124,7 @@ class Task:
                 changelog_topic(self.application_id, store_name), self.config.schema_registry
             )
             self.stores[store_name] = store_factory(builder, self._current_record_timestamp)
+        self._attach_ttl_clocks()
         self.graph = NodeGraph(
             subtopology,
             lambda definition: SinkNode(
@@ -148,6 +149,16 @@ class Task:
     def _current_record_timestamp(self) -> int:
         return self.record_context.timestamp
 
+    def _stream_time(self) -> int:
+        return self.stream_time
+
+    def _attach_ttl_clocks(self) -> None:
+        """Give stores with a time to live the task's clocks (again after the runtime
+        replaced a store, e.g. wiped and rebuilt it)."""
+        for stack in self.stores.values():
+            if stack.ttl is not None:
+                stack.ttl.attach(self._stream_time, self._current_record_timestamp, self.clock)
+
     # -------------------------------------------------------------- lifecycle
     def initialize(self) -> None:
         """Call ``init(context)`` on every processor, in topology order."""
@@ -155,6 +166,9 @@ class Task:
             return
         for stack in self.stores.values():  # the runtime may have replaced stores until now
             self.undo.track(stack.store)
+            if stack.ttl is not None:
+                stack.ttl.invalidate_index()  # restored below it: rebuilt at the first expiry
+        self._attach_ttl_clocks()
         for node in self.graph.processor_nodes():
             try:
                 node.processor.init(node.context)  # type: ignore[union-attr, arg-type]
@@ -400,6 +414,8 @@ class Task:
         """Flush store caches and return, per logged store, the changes since the last flush."""
         changes: dict[str, list[ChangeRecord]] = {}
         for name, stack in self.stores.items():
+            if stack.ttl is not None:
+                self._expire(name, stack)
             stack.flush()
             if stack.changelog is not None:
                 drained = stack.changelog.drain_changes()
@@ -407,6 +423,21 @@ class Task:
                     changes[name] = drained
         self.commit_requested = False
         return changes
+
+    def _expire(self, name: str, stack: StoreStack) -> None:
+        """Delete the store's expired entries (tombstones go out with this commit)."""
+        ttl = stack.ttl
+        ttl.attach(self._stream_time, self._current_record_timestamp, self.clock)  # type: ignore[union-attr]
+        started = time.perf_counter()
+        expired = ttl.expire()  # type: ignore[union-attr]
+        if expired:
+            self._log.debug(
+                "store_entries_expired",
+                store=name,
+                expired=expired,
+                index=ttl.index_size(),  # type: ignore[union-attr]
+                ms=round((time.perf_counter() - started) * 1000, 3),
+            )
 
     def metadata(self) -> TaskMetadata:
         """A snapshot of what must be persisted to resume this task."""

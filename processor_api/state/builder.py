@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from processor_api.state.changelogging import ChangeLoggingBytesStore
 from processor_api.state.in_memory import InMemoryBytesStore
 from processor_api.state.key_value import KeyValueStore
 from processor_api.state.rocksdb import RocksDBBytesStore
+from processor_api.state.ttl import CLOCKS, TtlBytesStore, ttl_ms
 
 
 class KeyValueBytesStoreSupplier:
@@ -82,6 +84,7 @@ class StoreStack:
     inner: BytesStore
     changelog: Any
     cache: CachingBytesStore | None
+    ttl: TtlBytesStore | None = None
 
     @property
     def name(self) -> str:
@@ -123,6 +126,8 @@ class StoreBuilder:
         self.logging_config: dict[str, str] = self.changelog_topic_defaults()
         self.caching_enabled = False
         self.cache_max_entries = DEFAULT_MAX_ENTRIES
+        self.ttl_ms: int | None = None
+        self.ttl_clock = "stream_time"
 
     @property
     def name(self) -> str:
@@ -175,6 +180,27 @@ class StoreBuilder:
         self.cache_max_entries = DEFAULT_MAX_ENTRIES if max_entries is None else max_entries
         return self
 
+    def with_ttl(self, ttl: int | timedelta, *, clock: str = "stream_time") -> StoreBuilder:
+        """Forget entries whose last write is older than ``ttl`` (ms or timedelta).
+
+        ``clock="stream_time"``: an entry written by a record (or punctuation) of timestamp
+        ``t`` is visible while the task's stream time is at most ``t + ttl``, so a replay
+        gives the same result; ``"wall_clock"``: the system clock instead. Expired entries
+        are hidden at once and deleted at the next commit, with a changelog tombstone (see
+        :mod:`processor_api.state.ttl`). Key-value and timestamped key-value stores only.
+        """
+        if self.kind not in ("key-value", "timestamped-key-value"):
+            raise StoreError(
+                f"state store {self.name!r}: with_ttl is for key-value stores, not {self.kind}"
+            )
+        if clock not in CLOCKS:
+            raise StoreError(
+                f"state store {self.name!r}: ttl clock must be one of {CLOCKS}, got {clock!r}"
+            )
+        self.ttl_ms = ttl_ms(self.name, ttl)
+        self.ttl_clock = clock
+        return self
+
     def with_caching_disabled(self) -> StoreBuilder:
         """Write straight through to the store (and its change log)."""
         self.caching_enabled = False
@@ -200,8 +226,11 @@ class StoreBuilder:
             layer = changelog = ChangeLoggingBytesStore(layer, timestamp_fn)
         if self.caching_enabled:
             layer = cache = CachingBytesStore(layer, self.cache_max_entries)
+        ttl = None
+        if self.ttl_ms is not None:
+            layer = ttl = TtlBytesStore(layer, self.ttl_ms, self.ttl_clock)
         store = self._facade(layer)
-        return StoreStack(store=store, inner=inner, changelog=changelog, cache=cache)
+        return StoreStack(store=store, inner=inner, changelog=changelog, cache=cache, ttl=ttl)
 
     def _open_inner(self, state_dir: Path | None, inner: BytesStore | None) -> BytesStore:
         if inner is None:
