@@ -31,6 +31,10 @@ Decisions (the seed leaves them open):
   action is processed first and suppresses the question; a verification that arrives later
   emits nothing (no retraction, no second question) and is only recorded.
 * A verification does not reset the action count.
+* ``idle_ms`` (default: never) forgets the count of a browser idle for that long in stream
+  time: the count store has a time to live (``with_ttl``), so a browser that comes back
+  after a pause counts from zero again, and idle browsers leave the store (and its
+  changelog) on their own instead of growing it forever.
 * Records with a null key (no browser hash) are skipped with a warning.
 """
 
@@ -150,11 +154,13 @@ def build_topology(
     threshold: int = DEFAULT_THRESHOLD,
     actions_value_serde: Serde | None = None,
     verified_value_serde: Serde | None = None,
+    idle_ms: int | None = None,
 ) -> Topology:
     """Both sources -> their processors (sharing ``verified_store``) -> sink ``output_topic``.
 
     ``threshold``: the action count at which an unverified browser is asked (once). The value
     serdes of the two inputs default to :data:`ANY_VALUE_SERDE` (values are not used).
+    ``idle_ms``: forget a browser's count after that long without actions (stream time).
     """
     threshold = int(threshold)
     if threshold < 1:
@@ -164,6 +170,8 @@ def build_topology(
     counts = Stores.key_value_store_builder(
         Stores.persistent_key_value_store(count_store), Serdes.string(), Serdes.long()
     )
+    if idle_ms is not None:
+        counts.with_ttl(int(idle_ms))
     verified = Stores.key_value_store_builder(
         Stores.persistent_key_value_store(verified_store), Serdes.string(), Serdes.long()
     )

@@ -44,7 +44,6 @@ from processor_api.engine.punctuation import (
 from processor_api.engine.records import InputRecord, RecordCollector
 from processor_api.engine.sink import SinkNode
 from processor_api.errors import ProcessingError, StreamsError
-from processor_api.kafka.names import changelog_topic
 from processor_api.logging import get_logger
 from processor_api.processor import Cancellable, PunctuationType, Record
 from processor_api.state.builder import StoreBuilder, StoreStack
@@ -120,9 +119,9 @@ class Task:
         )
         self.stores: dict[str, StoreStack] = {}
         for store_name in subtopology.store_names:
-            builder = store_builders[store_name].bound_to(
-                changelog_topic(self.application_id, store_name), self.config.schema_registry
-            )
+            # Kafka Streams' changelog topic name (kafka/names.py; engine does not import kafka)
+            changelog = f"{self.application_id}-{store_name}-changelog"
+            builder = store_builders[store_name].bound_to(changelog, self.config.schema_registry)
             self.stores[store_name] = store_factory(builder, self._current_record_timestamp)
         self._attach_ttl_clocks()
         self.graph = NodeGraph(

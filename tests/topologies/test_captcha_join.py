@@ -162,3 +162,18 @@ def test_driver_order_by_timestamp(driver: TopologyTestDriver) -> None:
     assert ask.read_key_values_to_list() == [
         ("browser-G", {"browser_hash": "browser-G", "actions": 5})
     ]
+
+
+def test_an_idle_browser_counts_from_zero_again() -> None:
+    with TopologyTestDriver(build_topology(threshold=3, idle_ms=1_000)) as driver:
+        actions = driver.create_input_topic("browser-actions")
+        asks = driver.create_output_topic("ask-captcha")
+        actions.pipe_input("b1", b"", timestamp=0)
+        actions.pipe_input("b1", b"", timestamp=500)
+        actions.pipe_input("b2", b"", timestamp=1_600)  # b1 idle for 1100 ms: forgotten
+        actions.pipe_input("b1", b"", timestamp=1_700)
+        assert asks.is_empty()
+        assert driver.get_key_value_store("browser-actions-count").get("b1") == 1
+        actions.pipe_input("b1", b"", timestamp=1_800)
+        actions.pipe_input("b1", b"", timestamp=1_900)
+        assert asks.read_value() == {"browser_hash": "b1", "actions": 3}
