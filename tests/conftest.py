@@ -50,3 +50,13 @@ def spark(tmp_path_factory):
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry():
+    """A Confluent Schema Registry REST server on a loopback port, for the whole session
+    (``tests/harness/schema_registry.py``); ``schema_registry.new_url()`` is a fresh registry."""
+    from tests.harness.schema_registry import SchemaRegistryServer
+
+    with SchemaRegistryServer() as server:
+        yield server

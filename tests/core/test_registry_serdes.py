@@ -1,5 +1,6 @@
-"""Schema Registry serdes in the test driver, against confluent-kafka's in-process ``mock://``
-registry (no Confluent-compatible registry server installs here from the package registries).
+"""Schema Registry serdes in the test driver, each against confluent-kafka's in-process
+``mock://`` registry and against the REST server of ``tests/harness/schema_registry.py`` (real
+HTTP; no Confluent-compatible registry server installs here from the package registries).
 
 Bytes written by ``confluent_kafka``'s own serializers are read by the topology, and what the
 topology writes is read by ``confluent_kafka``'s deserializers.
@@ -25,8 +26,12 @@ from tests.harness.schemas import USER_AVRO, USER_JSON_SCHEMA, UserProto, build_
 KINDS = ["avro", "json_schema", "protobuf"]
 
 
-def _url() -> str:
-    return f"mock://{uuid.uuid4().hex}"
+@pytest.fixture(params=["mock", "http"])
+def registry_url(request) -> str:
+    """A fresh, empty registry: confluent-kafka's ``mock://`` one or the test REST server."""
+    if request.param == "mock":
+        return f"mock://{uuid.uuid4().hex}"
+    return request.getfixturevalue("schema_registry").new_url()
 
 
 def _user(kind: str, user_id: int, name: str):
@@ -53,8 +58,8 @@ def _confluent(kind: str, client):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_bytes_interoperate_with_confluent_kafka_serializers(kind):
-    url = _url()
+def test_bytes_interoperate_with_confluent_kafka_serializers(kind, registry_url):
+    url = registry_url
     client = client_for({"url": url})
     serializer, deserializer = _confluent(kind, client)
     written = serializer(_user(kind, 7, "ann"), SerializationContext("users", MessageField.VALUE))
@@ -78,8 +83,8 @@ def test_bytes_interoperate_with_confluent_kafka_serializers(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_registry_comes_from_the_run_config_when_the_serde_names_none(kind):
-    url = _url()
+def test_registry_comes_from_the_run_config_when_the_serde_names_none(kind, registry_url):
+    url = registry_url
     config = {"schema.registry.url": url, "schema.registry.basic.auth.user.info": "u:p"}
     with TopologyTestDriver(build_topology(kind), config) as driver:
         driver.create_input_topic("users").pipe_input("k", _user(kind, 1, "bo"))
@@ -103,8 +108,8 @@ def test_unknown_registry_settings_are_refused_with_the_closest_known_one():
         TopologyTestDriver(build_topology("avro"), {"schema.registry.basic.auth.user": "u:p"})
 
 
-def test_a_serde_without_schema_only_deserializes():
-    url = _url()
+def test_a_serde_without_schema_only_deserializes(registry_url):
+    url = registry_url
     client = client_for({"url": url})
     serializer, _ = _confluent("avro", client)
     topology = Topology()
@@ -131,8 +136,10 @@ def test_a_serde_without_schema_only_deserializes():
     ],
     ids=["wrong-magic-byte", "unknown-schema-id"],
 )
-def test_bad_data_goes_to_the_deserialization_handler_naming_subject_id_and_offset(data, expected):
-    url = _url()
+def test_bad_data_goes_to_the_deserialization_handler_naming_subject_id_and_offset(
+    data, expected, registry_url
+):
+    url = registry_url
     with TopologyTestDriver(build_topology("avro", registry=url)) as driver:
         source = driver.create_input_topic("users", Serdes.string(), Serdes.bytes())
         with pytest.raises(ProcessingError) as failure:
@@ -151,8 +158,8 @@ def test_bad_data_goes_to_the_deserialization_handler_naming_subject_id_and_offs
         ]
 
 
-def test_a_sink_with_a_topic_extractor_registers_under_each_topic_it_writes():
-    url = _url()
+def test_a_sink_with_a_topic_extractor_registers_under_each_topic_it_writes(registry_url):
+    url = registry_url
     value = Serdes.avro(USER_AVRO, registry=url)
     topology = Topology()
     topology.add_source("in", "users", key_serde=Serdes.string(), value_serde=value)
