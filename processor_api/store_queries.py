@@ -60,6 +60,7 @@ def read_store(
     prefix: Any = None,
     kafka_config: Mapping[str, Any] | None = None,
     topology_kwargs: Mapping[str, Any] | None = None,
+    registry: str | Mapping[str, Any] | None = None,
 ) -> Iterator[KeyValue]:
     """The committed contents of ``store``, read from its changelog: an iterator of ``KeyValue``.
 
@@ -74,8 +75,10 @@ def read_store(
     with ``prefix`` (key-value stores). Versioned stores are read one ``key`` at a time (its
     latest ``VersionedRecord``). Raises ``ConfigError`` for a store the topology does not have
     (or without a changelog) and ``MissingTopicError`` when the application has no state on
-    the broker.
+    the broker. ``registry`` (a URL or a ``SchemaRegistryClient`` config dict) serves the
+    Schema Registry serdes that name no registry, as ``schema.registry.*`` does in a run.
     """
+    from processor_api.schemas.registry import client_config
     from processor_api.state.selection import StoreSelection
 
     selection = StoreSelection(key=key, key_from=key_from, key_to=key_to, prefix=prefix)
@@ -86,6 +89,7 @@ def read_store(
         store,
         kafka_config=kafka_config,
         topology_kwargs=topology_kwargs,
+        registry=None if registry is None else client_config(registry),
     )
     return (entry for _, entry in reader.read(selection))
 

@@ -54,6 +54,11 @@ class RegistrySerde(Serde):
         self._codecs: dict[int, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple:
+        # a run ships a Topology object to its executors pickled: without the lock and the
+        # clients (not picklable), which each process makes anew
+        return (RegistrySerde, (self.format, self._registry, self._make_ser, self._make_de))
+
     def _unbound(self, _: Any) -> Any:
         raise SerializationError(
             f"{self.format} serde is not bound to a topic: the runtime binds it to the topic "

@@ -157,6 +157,8 @@ class TopologyRunner:
                 "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
                 "state_restore_listener": self.config.state_restore_listener,
                 **self.config.extra,
+                # the executors' registry serdes that name no registry use these
+                **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},
             },
             log_format=self.settings.log_format,
             wall_clock_timeouts=wall_clock_timeouts,

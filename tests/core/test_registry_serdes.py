@@ -181,3 +181,48 @@ def test_a_sink_with_a_topic_extractor_registers_under_each_topic_it_writes(regi
         "users-a-value",
         "users-b-value",
     }
+
+
+def test_a_global_store_is_bound_to_its_source_topics_subject(registry_url):
+    client = client_for({"url": registry_url})
+    serializer, _ = _confluent("avro", client)
+    listed = serializer(
+        {"id": 5, "name": "eve"}, SerializationContext("directory", MessageField.VALUE)
+    )
+    topology = build_topology("avro", registry=registry_url, directory_topic="directory")
+    with TopologyTestDriver(topology) as driver:
+        directory = driver.create_input_topic("directory", Serdes.string(), Serdes.bytes())
+        directory.pipe_input("k", listed)
+        driver.create_input_topic("users").pipe_input("k", {"id": 5, "name": "x"})
+        assert driver.create_output_topic("users-renamed").read_value() == {"id": 5, "name": "EVE"}
+        assert driver.get_key_value_store("directory").get("k") == {"id": 5, "name": "eve"}
+        with pytest.raises(ProcessingError) as failure:
+            directory.pipe_input("j", b"{not avro}")
+    assert "subject 'directory-value'" in str(failure.value)
+    # the store writes under its source topic's subject (the topic is its changelog): no other
+    assert set(client.get_subjects()) == {
+        "directory-value",
+        "users-value",
+        "users-renamed-value",
+        "topology-test-driver-users-changelog-value",
+    }
+
+
+def test_a_run_hands_its_registry_settings_to_the_executors(tmp_path):
+    from processor_api.config import StreamsConfig
+    from processor_api.spark.runner import TopologyRunner
+    from processor_api.spark.settings import RunSettings
+
+    registry = {
+        "schema.registry.url": "http://r:8081",
+        "schema.registry.basic.auth.user.info": "u:p",
+    }
+    settings = RunSettings(
+        bootstrap_servers="h:1", application_id="app", state_dir=str(tmp_path), config=registry
+    )
+    spec = TopologyRunner(build_topology("avro"), settings)._job_spec(False)
+    # the executors build their StreamsConfig from the job spec's config
+    assert StreamsConfig.from_dict(spec.config).schema_registry == {
+        "url": "http://r:8081",
+        "basic.auth.user.info": "u:p",
+    }

@@ -63,23 +63,38 @@ def serdes_of(kind: str, registry: Any = None) -> Any:
 
 
 class _RenameAndCount(Processor):
-    """Upper-cases the user's name, keeps the last user per key in the store, forwards it."""
+    """Upper-cases the user's name (the directory's name for the key, if there is a
+    directory and it has one), keeps the last user per key in the store, forwards it."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, directory: bool = False) -> None:
         self.kind = kind
+        self.directory = directory
 
     def init(self, context: Any) -> None:
         self.context = context
         self.store = context.get_state_store("users")
+        self.names = context.get_state_store("directory") if self.directory else None
 
     def process(self, record: Record) -> None:
         user = record.value
+        listed = self.names.get(record.key) if self.names is not None else None
         if self.kind == "protobuf":
             renamed: Any = UserProto(id=user.id, name=user.name.upper())
         else:
-            renamed = {"id": user["id"], "name": user["name"].upper()}
+            name = listed["name"] if listed is not None else user["name"]
+            renamed = {"id": user["id"], "name": name.upper()}
         self.store.put(record.key, renamed)
         self.context.forward(record.with_value(renamed))
+
+
+class _KeepListed(Processor):
+    """Keeps each directory record in the global store ``directory``."""
+
+    def init(self, context: Any) -> None:
+        self.store = context.get_state_store("directory")
+
+    def process(self, record: Record) -> None:
+        self.store.put(record.key, record.value)
 
 
 def build_topology(
@@ -87,12 +102,31 @@ def build_topology(
     registry: Any = None,
     input_topic: str = "users",
     output_topic: str = "users-renamed",
+    directory_topic: str | None = None,
 ) -> Topology:
-    """users (string key, registry value) -> rename -> users-renamed; store ``users``."""
+    """users (string key, registry value) -> rename -> users-renamed; store ``users``.
+
+    With ``directory_topic`` (Avro only), a global store ``directory`` of users filled from
+    that topic gives the names: its serde is bound to ``<directory_topic>-value``.
+    """
     value = serdes_of(kind, registry)
     topology = Topology()
     topology.add_source("in", input_topic, key_serde=Serdes.string(), value_serde=value)
-    topology.add_processor("rename", lambda: _RenameAndCount(kind), "in")
+    directory = directory_topic is not None
+    topology.add_processor("rename", lambda: _RenameAndCount(kind, directory), "in")
+    if directory_topic is not None:
+        listed = serdes_of(kind, registry)
+        topology.add_global_store(
+            Stores.key_value_store_builder(
+                Stores.in_memory_key_value_store("directory"), Serdes.string(), listed
+            ).with_logging_disabled(),
+            "directory-source",
+            Serdes.string(),
+            listed,
+            directory_topic,
+            "keep-listed",
+            _KeepListed,
+        )
     topology.add_state_store(
         Stores.key_value_store_builder(
             Stores.in_memory_key_value_store("users"), Serdes.string(), value
