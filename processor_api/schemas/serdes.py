@@ -6,7 +6,8 @@ round. A registry serde needs the topic and the side (key or value) of the bytes
 subject (Confluent's TopicNameStrategy, ``<topic>-key`` / ``<topic>-value``), so the runtime
 binds it once per topic with :meth:`RegistrySerde.for_topic` (sources, sinks, changelogs,
 repartition topics, test topics); a bound serde's per-record path is one call into
-``confluent_kafka``'s (de)serializer with a prebuilt context.
+``confluent_kafka``'s (de)serializer with a prebuilt context (for Avro, into fastavro once
+confluent_kafka has handled a subject's or schema id's first record: ``avro_fast``).
 """
 
 from __future__ import annotations
@@ -187,10 +188,15 @@ def avro(schema: str | None, registry: str | Mapping[str, Any] | None) -> Regist
     """An Avro serde (values are dicts); see ``Serdes.avro``."""
     from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
-    def make_ser(client: Any) -> Any:
-        return AvroSerializer(client, schema, conf=_serializer_conf())
+    from processor_api.schemas.avro_fast import FastAvroDeserializer, FastAvroSerializer
 
-    return RegistrySerde("avro", registry, make_ser if schema else None, AvroDeserializer)
+    def make_ser(client: Any) -> Any:
+        return FastAvroSerializer(AvroSerializer(client, schema, conf=_serializer_conf()), schema)
+
+    def make_de(client: Any) -> Any:
+        return FastAvroDeserializer(AvroDeserializer(client), client)
+
+    return RegistrySerde("avro", registry, make_ser if schema else None, make_de)
 
 
 def json_schema(schema: str | None, registry: str | Mapping[str, Any] | None) -> RegistrySerde:
