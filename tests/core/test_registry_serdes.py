@@ -11,9 +11,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
-from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from processor_api import Topology
@@ -21,7 +18,13 @@ from processor_api.errors import ConfigError, ProcessingError
 from processor_api.schemas import client_for
 from processor_api.serdes import Serdes
 from processor_api.testing import TopologyTestDriver
-from tests.harness.schemas import USER_AVRO, USER_JSON_SCHEMA, UserProto, build_topology
+from tests.harness.schemas import (
+    USER_AVRO,
+    build_topology,
+    confluent_serdes,
+    plain,
+    user_of,
+)
 
 KINDS = ["avro", "json_schema", "protobuf"]
 
@@ -34,43 +37,20 @@ def registry_url(request) -> str:
     return request.getfixturevalue("schema_registry").new_url()
 
 
-def _user(kind: str, user_id: int, name: str):
-    return UserProto(id=user_id, name=name) if kind == "protobuf" else {"id": user_id, "name": name}
-
-
-def _plain(kind: str, value) -> dict:
-    return {"id": value.id, "name": value.name} if kind == "protobuf" else value
-
-
-def _confluent(kind: str, client):
-    """confluent_kafka's own serializer and deserializer of the user type."""
-    if kind == "avro":
-        return AvroSerializer(client, USER_AVRO), AvroDeserializer(client)
-    if kind == "json_schema":
-        return JSONSerializer(USER_JSON_SCHEMA, client), JSONDeserializer(
-            None, schema_registry_client=client
-        )
-    conf = {"use.deprecated.format": False}
-    return (
-        ProtobufSerializer(UserProto, client, conf),
-        ProtobufDeserializer(UserProto, conf, schema_registry_client=client),
-    )
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_bytes_interoperate_with_confluent_kafka_serializers(kind, registry_url):
     url = registry_url
     client = client_for({"url": url})
-    serializer, deserializer = _confluent(kind, client)
-    written = serializer(_user(kind, 7, "ann"), SerializationContext("users", MessageField.VALUE))
+    serializer, deserializer = confluent_serdes(kind, client)
+    written = serializer(user_of(kind, 7, "ann"), SerializationContext("users", MessageField.VALUE))
     with TopologyTestDriver(build_topology(kind, registry=url)) as driver:
         source = driver.create_input_topic("users", Serdes.string(), Serdes.bytes())
         out = driver.create_output_topic("users-renamed", Serdes.string(), Serdes.bytes())
         source.pipe_input("k", written)
         raw = out.read_value()
         context = SerializationContext("users-renamed", MessageField.VALUE)
-        assert _plain(kind, deserializer(raw, context)) == {"id": 7, "name": "ANN"}
-        assert _plain(kind, driver.get_key_value_store("users").get("k")) == {
+        assert plain(kind, deserializer(raw, context)) == {"id": 7, "name": "ANN"}
+        assert plain(kind, driver.get_key_value_store("users").get("k")) == {
             "id": 7,
             "name": "ANN",
         }
@@ -87,8 +67,8 @@ def test_registry_comes_from_the_run_config_when_the_serde_names_none(kind, regi
     url = registry_url
     config = {"schema.registry.url": url, "schema.registry.basic.auth.user.info": "u:p"}
     with TopologyTestDriver(build_topology(kind), config) as driver:
-        driver.create_input_topic("users").pipe_input("k", _user(kind, 1, "bo"))
-        assert _plain(kind, driver.create_output_topic("users-renamed").read_value()) == {
+        driver.create_input_topic("users").pipe_input("k", user_of(kind, 1, "bo"))
+        assert plain(kind, driver.create_output_topic("users-renamed").read_value()) == {
             "id": 1,
             "name": "BO",
         }
@@ -111,7 +91,7 @@ def test_unknown_registry_settings_are_refused_with_the_closest_known_one():
 def test_a_serde_without_schema_only_deserializes(registry_url):
     url = registry_url
     client = client_for({"url": url})
-    serializer, _ = _confluent("avro", client)
+    serializer, _ = confluent_serdes("avro", client)
     topology = Topology()
     topology.add_source(
         "in", "users", key_serde=Serdes.string(), value_serde=Serdes.avro(registry=url)
@@ -185,7 +165,7 @@ def test_a_sink_with_a_topic_extractor_registers_under_each_topic_it_writes(regi
 
 def test_a_global_store_is_bound_to_its_source_topics_subject(registry_url):
     client = client_for({"url": registry_url})
-    serializer, _ = _confluent("avro", client)
+    serializer, _ = confluent_serdes("avro", client)
     listed = serializer(
         {"id": 5, "name": "eve"}, SerializationContext("directory", MessageField.VALUE)
     )

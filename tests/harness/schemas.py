@@ -53,6 +53,37 @@ def _user_message_type() -> Any:
 UserProto = _user_message_type()
 
 
+def confluent_serdes(kind: str, client: Any) -> tuple[Any, Any]:
+    """``confluent_kafka``'s own serializer and deserializer of the user type of ``kind``."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    if kind == "avro":
+        return AvroSerializer(client, USER_AVRO), AvroDeserializer(client)
+    if kind == "json_schema":
+        return JSONSerializer(USER_JSON_SCHEMA, client), JSONDeserializer(
+            None, schema_registry_client=client
+        )
+    conf = {"use.deprecated.format": False}
+    return (
+        ProtobufSerializer(UserProto, client, conf),
+        ProtobufDeserializer(UserProto, conf, schema_registry_client=client),
+    )
+
+
+def user_of(kind: str, user_id: int, name: str) -> Any:
+    """A user as the serdes of ``kind`` take it (dict, or message for Protobuf)."""
+    return UserProto(id=user_id, name=name) if kind == "protobuf" else {"id": user_id, "name": name}
+
+
+def plain(kind: str, value: Any) -> Any:
+    """A user value as a dict whatever ``kind`` (None stays None)."""
+    if kind == "protobuf" and value is not None:
+        return {"id": value.id, "name": value.name}
+    return value
+
+
 def serdes_of(kind: str, registry: Any = None) -> Any:
     """The value serde of ``kind`` (``avro``, ``json_schema``, ``protobuf``)."""
     if kind == "avro":

@@ -1,11 +1,12 @@
 """Schema Registry serdes on Spark (issue 24): Avro in, Avro out, an Avro store and an Avro
-global store, with the registry given by the run's ``--config schema.registry.url=...``.
+global store, with the registry given by the run's ``--config schema.registry.url=...``; JSON
+Schema and Protobuf in and out.
 
 The registry is the REST server of ``tests/harness/schema_registry.py`` (fixture
 ``schema_registry``): real HTTP, which Spark's Python workers and the task host processes reach
 like any registry (``mock://`` lives in one process only). Input bytes are written by
-``confluent_kafka``'s own ``AvroSerializer``; what the run writes (output and changelog) is read
-back with its ``AvroDeserializer``, on a client of its own; the store is then read with
+``confluent_kafka``'s own serializers; what the run writes (output and changelog) is read
+back with its deserializers, on a client of their own; the store is then read with
 ``read_store`` and the ``read-store`` command, with the registry from their settings.
 """
 
@@ -26,7 +27,7 @@ from processor_api.errors import ConfigError
 from processor_api.spark.runner import TopologyRunner
 from tests.harness.processes import REPO_ROOT, cli_environment
 from tests.harness.runs import settings_for
-from tests.harness.schemas import USER_AVRO
+from tests.harness.schemas import USER_AVRO, confluent_serdes, plain, user_of
 from tests.harness.topics import produce, read_topic, uid
 
 pytestmark = pytest.mark.integration
@@ -156,3 +157,38 @@ def test_the_read_store_command_takes_the_registry_from_config(avro_app):
     missing = _cli(avro_app)
     assert missing.returncode == 2
     assert "schema.registry.url" in missing.stderr
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "protobuf"])
+def test_json_schema_and_protobuf_in_and_out_on_spark(
+    kind, kafka, spark, schema_registry, tmp_path_factory
+):
+    run_id = uid()
+    registry = schema_registry.new_url()
+    topics = {"input_topic": f"users-{run_id}", "output_topic": f"users-renamed-{run_id}"}
+    kafka.create_topic(topics["input_topic"], PARTITIONS)
+    kafka.create_topic(topics["output_topic"], PARTITIONS)
+    serialize, _ = confluent_serdes(kind, SchemaRegistryClient({"url": registry}))
+    context = SerializationContext(topics["input_topic"], MessageField.VALUE)
+    records = [
+        (key.encode(), serialize(user_of(kind, user["id"], user["name"]), context), n % 2)
+        for n, (key, user) in enumerate(USERS.items())
+    ]
+    produce(kafka.bootstrap_servers, topics["input_topic"], records)
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        f"{kind}-{run_id}",
+        tmp_path_factory.mktemp(f"{kind}-run"),
+        available_now=True,
+        config={"schema.registry.url": registry},
+    )
+    TopologyRunner(TOPOLOGY, settings, topology_kwargs={"kind": kind, **topics}, spark=spark).run()
+
+    _, deserialize = confluent_serdes(kind, SchemaRegistryClient({"url": registry}))
+    out_context = SerializationContext(topics["output_topic"], MessageField.VALUE)
+    out = {
+        record.key.decode(): plain(kind, deserialize(record.value, out_context))
+        for record in read_topic(kafka.bootstrap_servers, topics["output_topic"])
+    }
+    assert out == {k: {"id": u["id"], "name": u["name"].upper()} for k, u in USERS.items()}
+    assert f"{kind}-{run_id}-users-changelog-value" in schema_registry.subjects(registry)
