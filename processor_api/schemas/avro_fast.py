@@ -51,11 +51,12 @@ def parse(schema_str: str) -> Any:
 
 def _plain_avro(schema: Any) -> bool:
     """Whether a registered schema needs nothing of confluent_kafka beyond the encoding."""
-    rules = schema.rule_set
+    rules = getattr(schema, "rule_set", None)
     has_rules = rules is not None and any(
-        (rules.migration_rules, rules.domain_rules, getattr(rules, "encoding_rules", None))
+        getattr(rules, kind, None) for kind in ("migration_rules", "domain_rules", "encoding_rules")
     )
-    return schema.schema_type in (None, "AVRO") and not schema.references and not has_rules
+    plain_type = getattr(schema, "schema_type", None) in (None, "AVRO")
+    return plain_type and not getattr(schema, "references", None) and not has_rules
 
 
 class FastAvroSerializer:
@@ -111,7 +112,7 @@ class FastAvroDeserializer:
     def _first(self, data: bytes, ctx: Any) -> Any:
         value = self._confluent(data, ctx)  # fetches the writer's schema, raises on bad data
         frame = bytes(data[:FRAME])
-        if data[:1] == b"\x00" and frame not in self._slow:
+        if parse_schema_with_repo is not None and data[:1] == b"\x00" and frame not in self._slow:
             schema = self._client.get_schema(int.from_bytes(frame[1:], "big"))  # cached
             parsed = parse(schema.schema_str) if _plain_avro(schema) else None
             with self._lock:

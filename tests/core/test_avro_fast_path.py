@@ -126,3 +126,35 @@ def test_a_broken_record_of_a_known_schema_id_names_subject_and_id(registry):
         SerializationError, match=rf"subject 'everything-value' \(schema id {schema_id}\)"
     ):
         serde.deserialize(good[:7])
+
+
+def test_a_schema_with_data_contract_rules_stays_on_confluent_kafkas_path(registry):
+    """A READ rule of the writer's schema runs for every record, not just the first."""
+    from confluent_kafka.schema_registry import Rule, RuleKind, RuleMode, RuleSet, Schema
+    from confluent_kafka.schema_registry.rule_registry import RuleRegistry
+    from confluent_kafka.schema_registry.serde import RuleExecutor
+
+    class Shout(RuleExecutor):
+        def type(self) -> str:
+            return "TEST_FAST_PATH_SHOUT"
+
+        def transform(self, ctx, message):
+            return {**message, "s": message["s"].upper()}
+
+    RuleRegistry.register_rule_executor(Shout())
+    url, client = registry
+    rule = Rule(
+        name="shout", doc=None, kind=RuleKind.TRANSFORM, mode=RuleMode.READ,
+        type="TEST_FAST_PATH_SHOUT", tags=None, params=None, expr=None, on_success=None,
+        on_failure=None, disabled=False,
+    )  # fmt: skip
+    ruled = Schema(SCHEMA, "AVRO", rule_set=RuleSet(migration_rules=[], domain_rules=[rule]))
+    client.register_schema("ruled-value", ruled)
+    context = SerializationContext("ruled", MessageField.VALUE)
+    write = AvroSerializer(
+        client, SCHEMA, conf={"auto.register.schemas": False, "use.latest.version": True}
+    )
+    reader = Serdes.avro(registry=url).for_topic("ruled", False)
+    records = _records(5, seed=3)
+    read = [reader.deserialize(write(r, context)) for r in records]
+    assert read == [{**r, "s": r["s"].upper()} for r in records]

@@ -36,6 +36,8 @@ TOPOLOGY = "tests.harness.schemas:build_topology"
 PARTITIONS = 2
 USERS = {f"k{i}": {"id": i, "name": f"user {i}"} for i in range(10)}
 LISTED = {"k3": {"id": 3, "name": "listed three"}, "k7": {"id": 7, "name": "listed seven"}}
+#: Schema Registry framing with schema id 999999, which no registry here has.
+UNKNOWN_ID_RECORD = b"\x00" + (999999).to_bytes(4, "big") + b"\x02\x02a"
 
 
 def _expected() -> dict[str, dict[str, Any]]:
@@ -77,13 +79,20 @@ def avro_app(kafka, spark, schema_registry, tmp_path_factory) -> dict[str, Any]:
 
     directory = [(k, v, 0) for k, v, _ in encoded(topics["directory_topic"], LISTED)]
     produce(app["bootstrap"], topics["directory_topic"], directory)
-    produce(app["bootstrap"], topics["input_topic"], encoded(topics["input_topic"], USERS))
+    users = encoded(topics["input_topic"], USERS)
+    users.insert(3, (b"bad", UNKNOWN_ID_RECORD, 0))
+    produce(app["bootstrap"], topics["input_topic"], users)
+    app["dead_letters"] = f"avro-dlq-{run_id}"
     settings = settings_for(
         app["bootstrap"],
         app["app_id"],
         tmp_path_factory.mktemp("avro-run"),
         available_now=True,
-        config={"schema.registry.url": app["registry"]},
+        config={
+            "schema.registry.url": app["registry"],
+            "default.deserialization.exception.handler": "log_and_continue",
+            "errors.dead.letter.queue.topic.name": app["dead_letters"],
+        },
     )
     TopologyRunner(TOPOLOGY, settings, topology_kwargs=topics, spark=spark).run()
     return app
@@ -103,6 +112,16 @@ def test_avro_in_and_out_on_spark_read_by_confluents_deserializer(avro_app):
     out = _decoded(avro_app, avro_app["kwargs"]["output_topic"])
     assert sorted(key for key, _ in out) == sorted(USERS)
     assert dict(out) == _expected()
+
+
+def test_a_record_of_an_unknown_schema_id_is_a_dead_letter_naming_subject_and_id(avro_app):
+    (letter,) = read_topic(avro_app["bootstrap"], avro_app["dead_letters"])
+    assert (letter.key, letter.value) == (b"bad", UNKNOWN_ID_RECORD)
+    headers = {k: v.decode() for k, v in letter.headers or [] if v is not None}
+    subject = f"{avro_app['kwargs']['input_topic']}-value"
+    assert f"subject {subject!r} (schema id 999999)" in headers["__streams.errors.message"]
+    assert headers["__streams.errors.topic"] == avro_app["kwargs"]["input_topic"]
+    assert (headers["__streams.errors.partition"], headers["__streams.errors.offset"]) == ("0", "2")
 
 
 def test_the_store_changelog_is_avro_under_the_changelog_topics_subject(avro_app, schema_registry):
