@@ -32,9 +32,9 @@ from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
+from processor_api.runtime.host_client import close_hosts
+from processor_api.runtime.job import JobSpec
 from processor_api.spark.failures import query_failed
-from processor_api.spark.host_client import close_hosts
-from processor_api.spark.job import JobSpec
 from processor_api.spark.progress import Progress, log_batch_timings, source_positions
 from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
 from processor_api.spark.session import build_spark_session
@@ -110,7 +110,7 @@ class TopologyRunner:
                 [TopicSpec(dead_letter, partitions, {})],
                 kafka=kafka,
             )
-        # both guarantees keep each task's commit markers there (spark/guarantee.py)
+        # both guarantees keep each task's commit markers there (runtime/guarantee.py)
         ensure_topics(
             self.settings.bootstrap_servers,
             [

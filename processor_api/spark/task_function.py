@@ -25,10 +25,10 @@ import pandas as pd
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.logging import configure_logging, get_logger
-from processor_api.spark.host_client import exchange, raise_remote_error
-from processor_api.spark.job import JobSpec
+from processor_api.runtime.host_client import exchange, raise_remote_error
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import InputRange
 from processor_api.spark.task_keys import task_id_of
-from processor_api.spark.task_runner import InputRange
 from processor_api.state.manager import task_directory
 
 OUTPUT_SCHEMA = (

@@ -78,7 +78,7 @@ def _task_hosts_of(daemons: set[int]) -> list[int]:
                 argv = handle.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "processor_api.spark.task_host" in argv and len(argv) >= 7:
+        if "processor_api.runtime.task_host" in argv and len(argv) >= 7:
             with contextlib.suppress(ValueError):
                 if int(argv[-3]) in daemons:
                     hosts.append(int(entry))

@@ -16,7 +16,7 @@ from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.producer import DeliveryTracker
 from processor_api.kafka.transactions import aborted_by_group
-from processor_api.spark.guarantee import CommitLog
+from processor_api.runtime.guarantee import CommitLog
 from tests.harness.topics import uid
 
 TASK = "0_1"

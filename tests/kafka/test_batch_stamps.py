@@ -19,7 +19,7 @@ from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import STAMP_HEADER, BatchStamp, CommittedBatches
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.transactions import marker_value
-from processor_api.spark.input_records import drop_aborted
+from processor_api.runtime.input_records import drop_aborted
 from tests.harness.topics import uid
 
 TASKS = {"0_0": 0, "0_1": 1}

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from processor_api import Processor, Serdes, Stores, Topology
 from processor_api.config import StreamsConfig
-from processor_api.spark.global_stores import GlobalStores
+from processor_api.runtime.global_stores import GlobalStores
 from processor_api.state.checkpoint import read_checkpoint
 from tests.harness.topics import produce, uid
 

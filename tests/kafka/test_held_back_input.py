@@ -7,8 +7,8 @@ from __future__ import annotations
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.spark.job import JobSpec
-from processor_api.spark.task_runner import InputRange, TaskRunner
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import InputRange, TaskRunner
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from tests.harness.topics import TopicReader, produce, uid

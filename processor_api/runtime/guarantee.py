@@ -46,7 +46,7 @@ from processor_api.kafka.transactions import (
     transaction_step,
 )
 from processor_api.logging import get_logger
-from processor_api.spark.job import parse_task_id
+from processor_api.runtime.job import parse_task_id
 
 #: Offsets read from the end of a marker partition first when looking for an earlier marker.
 MARKER_TAIL = 64

@@ -1,7 +1,7 @@
 """A task's host process: owns one task on this executor for as long as the task stays here.
 
 Started by the first Spark Python worker that gets the task (``host_client.connect_or_start``)
-as ``python -m processor_api.spark.task_host NAME TASK_DIR DAEMON_PID LOG_FORMAT``. It
+as ``python -m processor_api.runtime.task_host NAME TASK_DIR DAEMON_PID LOG_FORMAT``. It
 
 * binds the abstract socket ``NAME`` (a second host for the same name exits at once);
 * serves one request per connection: ``batch`` (run a micro-batch), ``close`` (close the
@@ -30,14 +30,14 @@ from typing import Any
 
 from processor_api.errors import StreamsError
 from processor_api.logging import configure_logging, get_logger
-from processor_api.spark.host_client import (
+from processor_api.runtime.host_client import (
     HOST_FILE,
     receive_message,
     request,
     send_message,
 )
-from processor_api.spark.job import JobSpec
-from processor_api.spark.task_runner import TaskRunner
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import TaskRunner
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
 
 WATCH_INTERVAL_S = 0.5

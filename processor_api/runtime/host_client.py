@@ -105,7 +105,7 @@ def connect_or_start(task_dir: Path, log_format: str) -> socket.socket:
         [
             sys.executable,
             "-m",
-            "processor_api.spark.task_host",
+            "processor_api.runtime.task_host",
             name,
             str(task_dir),
             str(daemon_pid),
