@@ -54,6 +54,8 @@ from bench.common import (
 from bench.throughput import KEYS, MASTER, PARTITIONS, TOPIC_CONFIG, run_topology_bin
 
 TRIGGERS = (0.1, 0.5, 1.0)
+EPOCHS_ALOS = "processor_api epochs"
+EPOCHS_EOS = "processor_api epochs exactly_once_v2"
 TRICKLE_RATE = 20
 READY_TIMEOUT_S = 120.0
 
@@ -81,6 +83,29 @@ def contender_cmds(
                 MASTER,
                 "--trigger-interval",
                 f"{trigger:g}",
+                "--topology-arg",
+                f"input_topic={json.dumps(in_topic)}",
+                "--topology-arg",
+                f"output_topic={json.dumps(out_topic)}",
+            ],
+            {},
+        )
+    for guarantee, name in (("at_least_once", EPOCHS_ALOS), ("exactly_once_v2", EPOCHS_EOS)):
+        cmds[name] = (
+            [
+                run_topology_bin(),
+                "topologies.count_per_key:build_topology",
+                "--bootstrap-servers",
+                bootstrap,
+                "--application-id",
+                f"lat-{uuid.uuid4().hex[:8]}",
+                "--state-dir",
+                state_dir,
+                "--master",
+                MASTER,
+                "--epochs",
+                "--processing-guarantee",
+                guarantee,
                 "--topology-arg",
                 f"input_topic={json.dumps(in_topic)}",
                 "--topology-arg",

@@ -23,6 +23,10 @@ class RunSettings:
     #: None: chosen from the topology's wall-clock schedules (``spark/trigger.py``).
     trigger_interval_s: float | None = None
     available_now: bool = False
+    #: Run in long epochs (``runtime/epoch_runner.py``) instead of micro-batches.
+    epochs: bool = False
+    #: Length of a continuous epoch (``--epoch-interval``); see the README's "Epochs".
+    epoch_interval_s: float = 60.0
     max_records_per_batch: int = 200_000
     config: dict[str, Any] = field(default_factory=dict)
     log_format: str = "console"

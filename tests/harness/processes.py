@@ -85,6 +85,26 @@ def _task_hosts_of(daemons: set[int]) -> list[int]:
     return hosts
 
 
+def task_host_workers(application_id: str) -> list[int]:
+    """The pyspark worker processes of the daemons whose task hosts serve
+    ``application_id`` (its task directories are ``<state>/<application_id>/<task>``)."""
+    daemons = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "processor_api.runtime.task_host" in argv and len(argv) >= 7:
+            if f"/{application_id}/" in argv[-4] + "/":
+                with contextlib.suppress(ValueError):
+                    daemons.add(int(argv[-3]))
+    table = _proc_table()
+    return [pid for pid, (parent, _) in table.items() if parent in daemons]
+
+
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> set[int]:
     """Send ``sig`` to the process group of ``pid``, to every descendant and to its group;
     returns the process groups signalled. Call it while ``pid`` is not reaped yet.

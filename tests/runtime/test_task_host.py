@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from processor_api.runtime import task_host
 from processor_api.runtime.host_client import (
     _connect,
     exchange,
@@ -25,7 +26,6 @@ from processor_api.runtime.host_client import (
     send_message,
     socket_name,
 )
-from processor_api.runtime import task_host
 
 WAIT_S = 10.0
 
