@@ -87,6 +87,39 @@ class EpochTaskRunner(TaskRunner):
         assert stream is not None
         end = request.end
         stream.set_bounds(self._bounds(end))
+        try:
+            self._loop(task, stream, request, control, end)
+        except EpochAbandoned:
+            raise
+        except BaseException:
+            if self._task is not None:  # a failed commit has dropped it already
+                self._log.warning(
+                    "task_epoch_failed", buffered_writes_dropped=self._abandon_batch()
+                )
+            raise
+        # what the loop did between the last epoch and this one counts in this one
+        counts, self._counts = self._counts, _Counts()
+        return EpochReply(
+            metadata_json=self._committed_json or TaskMetadata().to_json(),
+            processed=counts.processed,
+            outputs=counts.outputs,
+            changelog_records=counts.changelog_records,
+            restored=restored,
+            commits=counts.commits,
+            inits=self.inits,
+            rebuilt=rebuilt,
+            dropped_records=counts.dropped,
+        )
+
+    def _loop(
+        self,
+        task: Task,
+        stream: ContinuousInput,
+        request: EpochRequest,
+        control: EpochControl,
+        end: EpochEnd,
+    ) -> None:
+        """Poll, process, punctuate and commit until the epoch ends (see the module docs)."""
         deadline = None if end.duration_s is None else time.monotonic() + end.duration_s
         interval_s = self.config.commit_interval / 1000
         next_commit = time.monotonic() + interval_s
@@ -113,21 +146,8 @@ class EpochTaskRunner(TaskRunner):
                 self._commit()
                 next_commit = time.monotonic() + interval_s
                 if finished:
-                    break
+                    return
                 self._open_batch()
-        # what the loop did between the last epoch and this one counts in this one
-        counts, self._counts = self._counts, _Counts()
-        return EpochReply(
-            metadata_json=self._committed_json or TaskMetadata().to_json(),
-            processed=counts.processed,
-            outputs=counts.outputs,
-            changelog_records=counts.changelog_records,
-            restored=restored,
-            commits=counts.commits,
-            inits=self.inits,
-            rebuilt=rebuilt,
-            dropped_records=counts.dropped,
-        )
 
     def keep_going(self, until: float, stop: Callable[[], bool]) -> None:
         """Between two epochs: go on processing (nothing is committed) until ``until``

@@ -22,7 +22,7 @@ from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
 
-_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(,\s*\d+)?\])?$")
 
 
 def local_master(master: str, task_count: int) -> str:
@@ -36,7 +36,7 @@ def local_master(master: str, task_count: int) -> str:
     slots = 1 if given is None else cores if given == "*" else int(given)
     if slots >= task_count:
         return master
-    return f"local[{task_count}]"
+    return f"local[{task_count}{match.group(2) or ''}]"  # keeps ``,F`` (task failures)
 
 
 def slots_of(spark: Any) -> int:

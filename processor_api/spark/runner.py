@@ -74,6 +74,11 @@ class TopologyRunner:
                 "processing_guarantee": settings.processing_guarantee,
             }
         )
+        if self.config.commit_interval_ms is not None and not settings.epochs:
+            raise ConfigError(
+                "config key commit.interval.ms applies to runs in epochs (--epochs); a "
+                "micro-batch commits when it ends (--trigger-interval sets how often)"
+            )
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
             from processor_api.loader import load_topology
@@ -451,7 +456,12 @@ class TopologyRunner:
         internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
         if not internal:
             return {}
-        return end_offsets(self.settings.bootstrap_servers, internal, kafka=self.kafka)
+        return end_offsets(
+            self.settings.bootstrap_servers,
+            internal,
+            isolation_level=self.config.processing_guarantee.isolation_level,
+            kafka=self.kafka,
+        )
 
     def _repartition_backlog(self, query: Any) -> int:
         """Records in repartition topics beyond what the tasks have read."""
