@@ -31,13 +31,15 @@ forces a full restore; a crash anywhere else leaves the local store exactly at i
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from processor_api.errors import StoreError
@@ -156,7 +158,8 @@ class TaskStores:
                 )
                 self._discard_local_copy(name, identity_file, f"foreign store directory: {why}")
         try:
-            raw = builder.supplier.get(self.directory)
+            with self._writing(f"opening store {name!r}"):
+                raw = builder.supplier.get(self.directory)
         except StoreError as exc:
             if "Corruption" not in str(exc):
                 raise  # e.g. locked by a live process, or the disk: not the copy's fault
@@ -168,8 +171,13 @@ class TaskStores:
         identity_file = path / IDENTITY_FILE
         if _read_identity(identity_file) != expected:
             tmp = identity_file.with_name(IDENTITY_FILE + ".tmp")
-            tmp.write_text(json.dumps(expected, sort_keys=True), encoding="utf-8")
-            tmp.replace(identity_file)
+            try:
+                with self._writing(f"writing {identity_file}"):
+                    tmp.write_text(json.dumps(expected, sort_keys=True), encoding="utf-8")
+                    tmp.replace(identity_file)
+            except BaseException:
+                raw.close()
+                raise
         return raw
 
     def _discard_local_copy(self, name: str, file: Path, reason: str) -> None:
@@ -333,8 +341,9 @@ class TaskStores:
                 listener.on_batch_restored(topic_partition, name, next_offset, records)
 
             options["on_batch"] = on_batch
-        count = reader(topic, self.partition, start, end, apply, **options)
-        raw.flush()
+        with self._writing(f"restoring store {name!r}"):
+            count = reader(topic, self.partition, start, end, apply, **options)
+            raw.flush()
         if listener is not None:
             listener.on_restore_end(topic_partition, name, count)
         duration = time.monotonic() - started
@@ -365,7 +374,8 @@ class TaskStores:
         """
         delete_checkpoint(self.checkpoint_path)
         self._set_in_memory_positions(-1)
-        written = sum(buffer.commit() for buffer in self.buffers.values())
+        with self._writing("applying the batch's writes"):
+            written = sum(buffer.commit() for buffer in self.buffers.values())
         offsets = {}
         for name, position in positions.items():
             builder = self._builders.get(name)
@@ -375,8 +385,24 @@ class TaskStores:
                 offsets[(self._changelog_topics[name], self.partition)] = position
             else:
                 self._set_in_memory_position(name, position)
-        write_checkpoint(self.checkpoint_path, offsets)
+        with self._writing("writing the checkpoint"):
+            write_checkpoint(self.checkpoint_path, offsets)
         return written
+
+    @contextlib.contextmanager
+    def _writing(self, action: str) -> Iterator[None]:
+        """A full disk under the state directory becomes an error naming the directory."""
+        try:
+            yield
+        except Exception as exc:
+            if not _disk_full(exc):
+                raise
+            raise StoreError(
+                f"task {self.task_id}: no space left on the device of state directory "
+                f"{self.directory} while {action} ({exc}); free space there or use another "
+                "state directory: the task resumes from its changelogs once it can write, and "
+                "no checkpoint claims what the store did not get"
+            ) from exc
 
     def discard(self) -> int:
         """Drop the batch's buffered writes (the batch failed); returns how many."""
@@ -394,9 +420,20 @@ class TaskStores:
         """
         for name, buffer in self.buffers.items():
             if self._builders[name].persistent:
-                buffer.close()
+                try:
+                    buffer.close()
+                except Exception as exc:  # noqa: BLE001 - e.g. a full disk; keep closing
+                    # only the checkpoint vouches for a local copy: nothing to lose here
+                    self._log.warning("store_close_failed", store=name, error=str(exc))
             else:
                 buffer.discard()
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (an OSError, or RocksDB's IO error text) says the device is full."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc)
 
 
 def _type_name(value: object) -> str:
