@@ -27,10 +27,15 @@ pytestmark = pytest.mark.integration
 LONG_EPOCH_S = 600.0  # no epoch of these runs ends by time: outputs must not wait for one
 
 
-def _echo_run(kafka, spark, tmp_path, run_id: str, **overrides):
+def _echo_run(
+    kafka, spark, tmp_path, run_id: str, *, again: bool = False, partitions: int = 2, **overrides
+):
+    """A continuous echo run of one task per partition (``again``: the topics exist, from a
+    first run)."""
     topics = {"input_topic": f"ep-in-{run_id}", "output_topic": f"ep-out-{run_id}"}
-    kafka.create_topic(topics["input_topic"], 2)
-    kafka.create_topic(topics["output_topic"], 2)
+    if not again:
+        kafka.create_topic(topics["input_topic"], partitions)
+        kafka.create_topic(topics["output_topic"], partitions)
     settings = settings_for(
         kafka.bootstrap_servers,
         f"ep-{run_id}",
@@ -154,23 +159,7 @@ def test_init_runs_once_per_task_across_many_epochs(kafka, spark, tmp_path):
 
 
 def test_too_few_slots_run_bounded_epochs_with_one_warning(kafka, spark, tmp_path):
-    run_id = uid()
-    topics = {"input_topic": f"ep-b-in-{run_id}", "output_topic": f"ep-b-out-{run_id}"}
-    kafka.create_topic(topics["input_topic"], 3)  # 3 tasks, 2 slots
-    kafka.create_topic(topics["output_topic"], 3)
-    settings = settings_for(
-        kafka.bootstrap_servers,
-        f"ep-b-{run_id}",
-        tmp_path / "state",
-        epochs=True,
-        epoch_interval_s=LONG_EPOCH_S,
-    )
-    run = BackgroundRun(
-        "tests.integration.topologies_for_tests:build_echo",
-        settings,
-        spark=spark,
-        topology_kwargs=topics,
-    )
+    run, topics = _echo_run(kafka, spark, tmp_path, uid(), partitions=3)  # 3 tasks, 2 slots
     with (
         capture_logs() as events,
         run,
@@ -227,7 +216,15 @@ def test_a_killed_spark_worker_stops_its_host_and_nothing_is_doubled(kafka, spar
         topics["input_topic"],
         [(f"k{i}".encode(), f"b{i}".encode(), i % 2) for i in range(20)],
     )
-    again, _ = _echo_run_again(kafka, spark, tmp_path, run_id, topics)
+    again, _ = _echo_run(
+        kafka,
+        spark,
+        tmp_path,
+        run_id,
+        again=True,
+        processing_guarantee="exactly_once_v2",
+        config={"commit.interval.ms": "200"},
+    )
     with again:
         with TopicReader(
             kafka.bootstrap_servers,
@@ -241,25 +238,6 @@ def test_a_killed_spark_worker_stops_its_host_and_nothing_is_doubled(kafka, spar
     kept, _ = committed_records(kafka.bootstrap_servers, topics["output_topic"])
     values = Counter(r.value.decode() for r in kept)
     assert values == Counter([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])
-
-
-def _echo_run_again(kafka, spark, tmp_path, run_id, topics):
-    settings = settings_for(
-        kafka.bootstrap_servers,
-        f"ep-{run_id}",
-        tmp_path / "state",
-        epochs=True,
-        epoch_interval_s=LONG_EPOCH_S,
-        processing_guarantee="exactly_once_v2",
-        config={"commit.interval.ms": "200"},
-    )
-    run = BackgroundRun(
-        "tests.integration.topologies_for_tests:build_echo",
-        settings,
-        spark=spark,
-        topology_kwargs=topics,
-    )
-    return run, topics
 
 
 def _spark_workers_of(app_id: str) -> list[int]:
