@@ -261,9 +261,10 @@ def test_a_backfill_joins_every_trade_with_the_quote_valid_at_its_time(kafka, sp
         kafka.create_topic(topic, 2)
     symbols = [f"s{i}" for i in range(8)]
     partition_of = {s: i % 2 for i, s in enumerate(symbols)}  # co-partitioned by symbol
-    # a quote of one symbol every 7 ms, a trade every 10 ms
-    quotes = [(symbols[i % 8], f"q{i}", 1_000 + 7 * i) for i in range(3_000)]
-    trades = [(symbols[(3 * i) % 8], f"t{i}", 1_005 + 10 * i) for i in range(2_000)]
+    # a quote of one symbol every 8 ms (even times), a trade every 10 ms (odd times): no
+    # trade shares its timestamp with a quote (Kafka Streams leaves the order of ties open)
+    quotes = [(symbols[i % 8], f"q{i}", 1_000 + 8 * i) for i in range(3_000)]
+    trades = [(symbols[(3 * i) % 8], f"t{i}", 1_001 + 10 * i) for i in range(2_000)]
     quotes = [(k, v, partition_of[k], ts) for k, v, ts in quotes]
     trades = [(k, v, partition_of[k], ts) for k, v, ts in trades]
     produce(kafka.bootstrap_servers, topics["trades_topic"],
