@@ -62,6 +62,7 @@ def app(kafka):
     return kafka.bootstrap_servers, name
 
 
+@pytest.mark.integration
 def test_the_marker_of_an_aborted_transaction_is_passed_over(app):
     bootstrap, name = app
     task = _Task(bootstrap, name)
@@ -79,6 +80,7 @@ def test_the_marker_of_an_aborted_transaction_is_passed_over(app):
         task.close()
 
 
+@pytest.mark.integration
 def test_a_first_batch_that_aborted_leaves_nothing_to_adopt(app):
     bootstrap, name = app
     task = _Task(bootstrap, name)
@@ -89,6 +91,7 @@ def test_a_first_batch_that_aborted_leaves_nothing_to_adopt(app):
         task.close()
 
 
+@pytest.mark.integration
 def test_at_least_once_markers_are_adopted_as_they_are(app):
     """No transaction: the marker is durable once acknowledged, the group commit follows."""
     bootstrap, name = app

@@ -24,6 +24,8 @@ from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from tests.harness.topics import committed_records, produce, read_topic, uid
 
+pytestmark = pytest.mark.integration  # every test here uses the embedded broker
+
 HERE = __name__
 MISSING_PARTITION = 3
 #: Topics of the running test, for the handlers below (the runner runs in this process).
