@@ -26,7 +26,7 @@ DESCRIBE_BLOCK = re.compile(
 )
 TEST_FUNCTION = re.compile(r"^def (test_\w+)\(", re.MULTILINE)
 # ``--`` options the README may mention that are not run-topology flags.
-OTHER_FLAGS: set[str] = set()
+OTHER_FLAGS: set[str] = {"--check"}  # ruff format --check (make lint)
 
 
 def _readme() -> str:

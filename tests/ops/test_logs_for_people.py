@@ -1,4 +1,4 @@
-"""Issue 15, part 3 (fast parts): the log level, the progress event, the JVM's options."""
+"""The log level, the progress event, the JVM's options."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shutdown and setup faults (issue 4, item 5), with ``run-topology`` in a subprocess:
+"""Shutdown and setup faults, with ``run-topology`` in a subprocess:
 
 * SIGTERM stops after the micro-batch in flight (exit 0); the stores are consistent (the
   restart repairs nothing) and a restart resumes: exactly-once output over both runs;

@@ -1,4 +1,4 @@
-"""Issue 15, handlers: a record the producer reports undeliverable after it was sent (in its
+"""A record the producer reports undeliverable after it was sent (in its
 delivery report) goes to the ``production.exception.handler`` of the task, on the embedded
 broker, through the Spark task runner (without Spark).
 
