@@ -32,6 +32,7 @@ from processor_api.topology_nodes import (
     as_deserializer,
     global_store_node,
     supplier_of,
+    topic_name_problem,
 )
 
 __all__ = [  # the node types are re-exported: they were first defined here
@@ -276,8 +277,7 @@ class Topology:
             raise TopologyError(f"sink {name!r} has no parent: it would never receive records")
         self._check_parents(name, parent_names)
         if isinstance(topic, str):
-            if not topic:
-                raise TopologyError(f"sink {name!r}: empty topic name")
+            _check_topic_name(f"sink {name!r}", topic)
             static_topic, extractor = topic, None
         elif callable(topic):
             static_topic, extractor = None, topic
@@ -309,8 +309,7 @@ class Topology:
             raise TopologyError(f"a node named {name!r} is already added")
 
     def _check_topic_free(self, source: str, topic: Any) -> None:
-        if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"source {source!r}: invalid topic name {topic!r}")
+        _check_topic_name(f"source {source!r}", topic)
         other = self._topic_to_source.get(topic) or self._global_sources().get(topic)
         if other is not None:
             raise TopologyError(
@@ -412,6 +411,13 @@ class Topology:
     def describe(self) -> TopologyDescription:
         """A description whose ``str()`` is Kafka Streams' ``TopologyDescription`` text."""
         return TopologyDescription(self)
+
+
+def _check_topic_name(node: str, topic: Any) -> None:
+    """Refuse a topic name Kafka would refuse, naming the node (e.g. ``"sink 'out'"``)."""
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise TopologyError(f"{node}: invalid topic name {topic!r}: {problem}")
 
 
 def _fed_store_arguments(
