@@ -5,8 +5,8 @@ A test not marked ``integration`` fails when it
 * requests the ``kafka`` (embedded broker) or ``spark`` (SparkSession) fixture, directly or
   through another fixture: it fails at setup, before the fixture starts anything;
 * starts a process that is a broker or a JVM: ``tansu`` (what ``EmbeddedKafka`` runs), ``java``,
-  ``spark-submit``/``spark-class`` (what a SparkSession launches) or ``run-topology``
-  (``python -m processor_api.cli``). A Python audit hook sees every ``subprocess.Popen`` however
+  ``spark-submit``/``spark-class`` (what a SparkSession launches), ``run-topology``
+  (``python -m processor_api.cli``) or ``processor-api broker``. A Python audit hook sees every ``subprocess.Popen`` however
   the module imported it; it refuses to start the process and the test fails even if it caught
   the exception.
 
@@ -27,10 +27,10 @@ import pytest
 HEAVY_FIXTURES = ("kafka", "spark")
 #: Executable names that are a broker or a JVM (or launch one at once).
 HEAVY_EXECUTABLES = frozenset(
-    {"tansu", "java", "spark-submit", "spark-class", "pyspark", "run-topology"}
+    {"tansu", "java", "spark-submit", "spark-class", "pyspark", "run-topology", "processor-api"}
 )
-#: Modules that, run with ``python -m``, start a topology on Spark.
-HEAVY_MODULES = frozenset({"processor_api.cli"})
+#: Modules that, run with ``python -m``, start a topology on Spark or a broker.
+HEAVY_MODULES = {"processor_api.cli": "run-topology", "processor_api.broker_cli": "processor-api"}
 
 _HINT = (
     "mark it @pytest.mark.integration (or pytestmark = pytest.mark.integration): "
@@ -65,7 +65,7 @@ def heavy_process(args: Any) -> str | None:
     for i, arg in enumerate(argv):
         module = argv[i + 1] if arg == "-m" and i + 1 < len(argv) else arg.removeprefix("-m")
         if arg.startswith("-m") and module in HEAVY_MODULES:
-            return f"run-topology (python -m {module})"
+            return f"{HEAVY_MODULES[module]} (python -m {module})"
     return None
 
 
