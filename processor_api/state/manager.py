@@ -156,7 +156,7 @@ class TaskStores:
                 continue
             if position is None or position > target:
                 reason = "unknown local position" if position is None else "local copy ahead"
-                self._log.warning(
+                self._log.info(
                     "store_wipe",
                     store=name,
                     local_offset=position,

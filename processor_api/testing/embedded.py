@@ -198,7 +198,7 @@ class EmbeddedKafka:
             except _PortInUseError:
                 if attempt == attempts:
                     raise
-                _log.warning("embedded_kafka_port_taken", port=port, attempt=attempt)
+                _log.info("embedded_kafka_port_taken", port=port, attempt=attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _launch(self, binary: str, port: int) -> None:

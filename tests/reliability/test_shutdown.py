@@ -36,7 +36,7 @@ from tests.harness.topics import committed_records, create_topics_now, uid
 
 pytestmark = pytest.mark.integration
 
-REPAIR_EVENTS = ("store_wipe", "restore_start", "committed_transaction_adopted")
+REPAIR_EVENTS = ("store_wipe", "restore_start", "committed_batch_adopted")
 
 
 def _sales_setup(bootstrap: str, sales, partitions: int = 3) -> dict[str, str]:
