@@ -71,6 +71,18 @@ def _add_log_time(logger: Any, method_name: str, event_dict: dict) -> dict:
     return _STAMP(logger, method_name, event_dict)
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when an event is written, not when logging was configured:
+    a caller that redirects or captures stderr (pytest's capsys, a notebook) gets the events,
+    and a replaced stream that was closed since is never written to."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def current_level() -> str:
     """The configured level's name (``"info"``, ...)."""
     return logging.getLevelName(_LEVEL[0]).lower()
@@ -118,7 +130,7 @@ def configure_logging(log_format: str = "console", level: str | None = None) -> 
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         # one write() per event, line and newline together: print() writes them apart, and
         # the Spark JVM, sharing stderr, then put its own lines between the two
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=False,
     )
     _configured = True

@@ -66,3 +66,15 @@ def spark(tmp_path_factory):
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def cli_logging(monkeypatch):
+    """For tests that call a CLI's ``main()`` in this process: it configures logging (level,
+    and ``$PROCESSOR_API_LOG_LEVEL`` that subprocesses of later tests inherit); put both back."""
+    from processor_api.logging import LEVEL_ENV, configure_logging, current_level
+
+    level = current_level()
+    monkeypatch.setenv(LEVEL_ENV, level)  # restored (or removed) after the test
+    yield
+    configure_logging("console", level)

@@ -33,7 +33,7 @@ def _records(first: int, count: int) -> list[tuple[bytes, bytes, int]]:
 
 
 def _expected_ticks(timestamps: list[int]) -> list[int]:
-    """Stream-time punctuation of one task (Kafka Streams' rule, see DESIGN section 4)."""
+    """Stream-time punctuation of one task (Kafka Streams' rule)."""
     due, stream_time, fired = 0, -1, []
     for timestamp in timestamps:
         stream_time = max(stream_time, timestamp)

@@ -48,7 +48,7 @@ def test_the_broker_prints_its_address_keeps_running_and_stops_on_ctrl_c():
         probe.connect(("127.0.0.1", port))  # the broker went with it
 
 
-def test_a_taken_port_exits_2_naming_it(capsys):
+def test_a_taken_port_exits_2_naming_it(capsys, cli_logging):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -60,7 +60,7 @@ def test_a_taken_port_exits_2_naming_it(capsys):
     )
 
 
-def test_a_bad_topic_argument_is_a_usage_error(capsys):
+def test_a_bad_topic_argument_is_a_usage_error(capsys, cli_logging):
     with pytest.raises(SystemExit) as exited:
         main(["broker", "--topic", "orders:none"])
     assert exited.value.code == 2

@@ -113,14 +113,16 @@ def _read_store(history_app, *args):
     )  # fmt: skip
 
 
-def test_read_store_exits_2_for_a_versioned_store_without_key(history_app, capsys):
+def test_read_store_exits_2_for_a_versioned_store_without_key(history_app, capsys, cli_logging):
     assert _read_store(history_app, HISTORY) == 2
     err = capsys.readouterr().err
     assert "read-store: error: state store 'history' is a versioned store" in err
     assert "give --key, and --as-of" in err
 
 
-def test_read_store_as_of_is_refused_for_other_kinds_and_bad_times(history_app, capsys):
+def test_read_store_as_of_is_refused_for_other_kinds_and_bad_times(
+    history_app, capsys, cli_logging
+):
     assert _read_store(history_app, "counts", "--as-of", "100") == 2
     assert "'counts' is a key-value store: --as-of reads versioned stores only" in (
         capsys.readouterr().err
@@ -131,7 +133,7 @@ def test_read_store_as_of_is_refused_for_other_kinds_and_bad_times(history_app, 
     assert "'yesterday' is neither epoch milliseconds nor an ISO-8601" in capsys.readouterr().err
 
 
-def test_read_store_takes_as_of_in_epoch_ms_or_iso_8601(history_app, capsys):
+def test_read_store_takes_as_of_in_epoch_ms_or_iso_8601(history_app, capsys, cli_logging):
     from processor_api.read_store_cli import _timestamp
 
     same = ("1700000000000", "2023-11-14T22:13:20", "2023-11-14T23:13:20+01:00")

@@ -169,3 +169,20 @@ def test_a_timestamp_field_the_caller_passes_is_kept_and_the_log_time_goes_aside
     assert plain["timestamp"].endswith("Z") and "log_timestamp" not in plain
     assert (both["timestamp"], both["log_timestamp"]) == (1, 2)
     assert console.startswith("timestamp=1700000000000 log_timestamp='"), console
+
+
+def test_events_go_to_the_stderr_of_the_moment_not_the_one_at_configure_time():
+    """A CLI's main() called under a captured stderr (a test) configured logging onto that
+    stream; once it was closed every later event raised 'I/O operation on closed file'."""
+    code = (
+        "import io, sys\n"
+        "from processor_api.logging import configure_logging, get_logger\n"
+        "captured = sys.stderr = io.StringIO()\n"
+        "configure_logging('json')\n"
+        "sys.stderr = sys.__stderr__\n"
+        "captured.close()\n"
+        "get_logger('x').warning('after_the_capture')\n"
+    )
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stderr.strip())["event"] == "after_the_capture"
