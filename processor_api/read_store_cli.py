@@ -6,9 +6,10 @@
 One JSON object per line, ``{"key": ..., "value": ..., "partition": ...}`` (plus the window or
 session bounds of windowed stores, the timestamp of timestamped ones, timestamp and
 ``valid_to`` of versioned ones), or a table with ``--format table``. A versioned store is read
-one ``--key`` at a time, its latest version or, with ``--as-of``, the one valid at a time. Keys and values are deserialized with the serdes the topology gives the
-store; bytes print as base64. Exit status: 0 when the store was read, 2 for bad arguments, an
-unknown store or application, 1 when reading failed.
+one ``--key`` at a time: its latest version or, with ``--as-of``, the one valid then. Keys and
+values are deserialized with the serdes the topology gives the store; bytes print as base64.
+Exit status: 0 when the store was read, 2 for bad arguments, an unknown store or application
+or a selection the store cannot take, 1 when reading failed.
 """
 
 from __future__ import annotations

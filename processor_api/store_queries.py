@@ -71,9 +71,9 @@ def read_store(
     with ``prefix`` (key-value stores). Versioned stores are read one ``key`` at a time: its
     latest ``VersionedRecord``, or with ``as_of`` (epoch ms) the version valid then (``None``
     beyond the history retention, as the store's ``get``). A selection the store's kind
-    cannot take raises ``StoreError`` at once. Raises ``ConfigError`` for a store the topology does not have
-    (or without a changelog) and ``MissingTopicError`` when the application has no state on
-    the broker.
+    cannot take raises ``StoreError`` at once. Raises ``ConfigError`` for a store the topology
+    does not have (or without a changelog) and ``MissingTopicError`` when the application has
+    no state on the broker.
     """
     from processor_api.state.selection import StoreSelection
 

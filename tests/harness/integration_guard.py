@@ -1,4 +1,4 @@
-"""A pytest plugin that keeps ``make test-fast`` (``-m "not integration"``) free of brokers and JVMs.
+"""A pytest plugin keeping ``make test-fast`` (``-m "not integration"``) free of brokers and JVMs.
 
 A test not marked ``integration`` fails when it
 
@@ -6,9 +6,9 @@ A test not marked ``integration`` fails when it
   through another fixture: it fails at setup, before the fixture starts anything;
 * starts a process that is a broker or a JVM: ``tansu`` (what ``EmbeddedKafka`` runs), ``java``,
   ``spark-submit``/``spark-class`` (what a SparkSession launches), ``run-topology``
-  (``python -m processor_api.cli``) or ``processor-api broker``. A Python audit hook sees every ``subprocess.Popen`` however
-  the module imported it; it refuses to start the process and the test fails even if it caught
-  the exception.
+  (``python -m processor_api.cli``) or ``processor-api broker``. A Python audit hook sees
+  every ``subprocess.Popen`` however the module imported it; it refuses to start the process,
+  and the test fails even if it caught the exception.
 
 ``tests/conftest.py`` loads it; ``tests/test_integration_guard.py`` proves it with pytester.
 """
