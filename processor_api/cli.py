@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="micro-batch interval (default: 1 s, or a quarter of the smallest wall-clock "
+        help="micro-batches only: the trigger interval (default: 1 s, or a quarter of the "
+        "smallest wall-clock "
         "punctuation interval scheduled in init(), at least 0.1 s)",
     )
     parser.add_argument(
@@ -140,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-records-per-batch",
         type=int,
-        default=200_000,
-        help="micro-batches only: records of one micro-batch at most (epochs read as they go)",
+        default=None,
+        help="micro-batches only: records of one micro-batch at most (200000)",
     )
     parser.add_argument(
         "--epochs",

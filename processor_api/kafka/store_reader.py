@@ -58,6 +58,7 @@ from processor_api.state.selection import (
     KEY_VALUE_KINDS,
     READABLE_KINDS,
     StoreSelection,
+    check_selection,
     select,
     select_folded,
 )
@@ -123,7 +124,9 @@ class StoreReader:
 
     def read(self, selection: StoreSelection | None = None) -> Iterator[tuple[int, KeyValue]]:
         """``(partition, entry)`` of every partition, each at its last committed batch (the
-        commit markers are read now, the partitions as the iterator goes)."""
+        commit markers are read now, the partitions as the iterator goes). Raises
+        ``StoreError`` at once for a selection the store's kind cannot take."""
+        check_selection(self.builder.kind, self.builder.name, selection or StoreSelection())
         return self._entries(self.committed_ends(), selection)
 
     def _entries(
@@ -242,6 +245,7 @@ def read_partition(
     key is the store key, so the last write of each key, tombstones applied, is the store.
     """
     selection = selection or StoreSelection()
+    check_selection(builder.kind, builder.name, selection)
     if builder.kind in KEY_VALUE_KINDS:
         folded: dict[bytes, bytes] = {}
         if end > 0:

@@ -136,7 +136,7 @@ class CommitLog:
         if marker is None or marker.sequence <= metadata.commit.sequence:
             return metadata
         if self._transactional and self._aborted(marker):
-            self._log.warning(
+            self._log.info(
                 "aborted_batch_marker_ignored",
                 sequence=marker.sequence,
                 detail="the broker shows the commit marker of a transaction that aborted (the "
@@ -149,7 +149,7 @@ class CommitLog:
         adopted.commit = replace(
             adopted.commit, sequence=marker.sequence, marker_end=marker.offset + 1
         )
-        self._log.warning(
+        self._log.info(
             "committed_batch_adopted",
             sequence=marker.sequence,
             state_sequence=metadata.commit.sequence,
@@ -399,7 +399,7 @@ class ExactlyOnce:
                 if tracker is not None:
                     tracker.producer.abort_transaction(10)
             except Exception as exc:  # noqa: BLE001 - fenced or broker gone: it aborts later
-                self._log.warning("transaction_abort_failed", error=str(exc))
+                self._log.info("transaction_abort_failed", error=str(exc))
         self._producers.drop(self._task_id)
 
     def close(self) -> None:

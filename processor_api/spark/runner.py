@@ -74,11 +74,7 @@ class TopologyRunner:
                 "processing_guarantee": settings.processing_guarantee,
             }
         )
-        if self.config.commit_interval_ms is not None and not settings.epochs:
-            raise ConfigError(
-                "config key commit.interval.ms applies to runs in epochs (--epochs); a "
-                "micro-batch commits when it ends (--trigger-interval sets how often)"
-            )
+        _check_mode_settings(settings, self.config)
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
             from processor_api.loader import load_topology
@@ -209,7 +205,10 @@ class TopologyRunner:
             spark.readStream.format(KafkaRangeDataSource.name())
             .option("bootstrap.servers", self.settings.bootstrap_servers)
             .option("topics", ",".join(plan.source_topics))
-            .option("max.records.per.batch", str(self.settings.max_records_per_batch))
+            .option(
+                "max.records.per.batch",
+                str(self.settings.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH),
+            )
             .option(
                 "starting.offsets",
                 resume_offsets(
@@ -558,6 +557,36 @@ class TopologyRunner:
         if self._own_spark and self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+
+#: Records of one micro-batch at most, unless ``max_records_per_batch`` says otherwise.
+DEFAULT_MAX_RECORDS_PER_BATCH = 200_000
+
+
+def _check_mode_settings(settings: RunSettings, config: StreamsConfig) -> None:
+    """Refuse settings that do not apply to the run's mode (nothing is silently ignored)."""
+    if settings.epochs:
+        given = [
+            flag
+            for flag, value in (
+                ("--trigger-interval", settings.trigger_interval_s),
+                ("--max-records-per-batch", settings.max_records_per_batch),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} apply to micro-batch runs (without --epochs); a run in "
+                "epochs processes records as they arrive and commits every commit.interval.ms "
+                "(--config commit.interval.ms=...)"
+            )
+        if settings.epoch_interval_s <= 0:
+            raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
+    elif config.commit_interval_ms is not None:
+        raise ConfigError(
+            "config key commit.interval.ms applies to runs in epochs (--epochs); a "
+            "micro-batch commits when it ends (--trigger-interval sets how often)"
+        )
 
 
 def run_topology(topology: Topology | str, settings: RunSettings, **kwargs: Any) -> RunResult:

@@ -271,9 +271,9 @@ class TaskStores:
                 continue
             if position is None or position > target:
                 reason = "unknown local position" if position is None else "local copy ahead"
-                # after a corrupt checkpoint (warned about once) every store comes here
-                reported = position is None and self._warned_checkpoint
-                (self._log.info if reported else self._log.warning)(
+                # routine (a task that moved, a stale copy): info; a corrupt checkpoint was
+                # warned about once already
+                self._log.info(
                     "store_wipe",
                     store=name,
                     local_offset=position,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from processor_api.spark.job import JobSpec
-from processor_api.spark.task_runner import BatchResult, InputRange, TaskRunner
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import BatchResult, InputRange, TaskRunner
 
 from processor_api import Serdes, Topology
 from processor_api.kafka.names import commit_marker_topic

@@ -1,4 +1,4 @@
-"""Issue 15, part 2: user Kafka client settings reach every client the runtime makes, per role."""
+"""User Kafka client settings reach every client the runtime makes, per role."""
 
 from __future__ import annotations
 

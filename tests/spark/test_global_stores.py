@@ -15,6 +15,8 @@ from processor_api.runtime.global_stores import GlobalStores
 from processor_api.state.checkpoint import read_checkpoint
 from tests.harness.topics import produce, uid
 
+pytestmark = pytest.mark.integration  # every test here uses the embedded broker
+
 S = Serdes.string()
 
 
