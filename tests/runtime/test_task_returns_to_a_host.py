@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from processor_api.runtime.job import JobSpec
-from processor_api.runtime.task_runner import BatchResult, InputRange, TaskRunner
 
 from processor_api import Serdes, Topology
 from processor_api.kafka.names import commit_marker_topic
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import BatchResult, InputRange, TaskRunner
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from tests.harness.topics import committed_records, produce, uid
