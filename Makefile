@@ -35,8 +35,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
+## lint: what CI checks before the tests (ruff lint rules and formatting)
+LINT_PATHS := processor_api topologies tests bench
 lint: $(STAMP)
-	$(BIN)/ruff check processor_api topologies tests bench
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --full

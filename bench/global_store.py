@@ -4,7 +4,7 @@
 embedded broker, fills a 3-partition topic ``bench-global-customers`` with N customers
 (string key ``c0000001``, JSON value of about 60 bytes, as ``topologies/order_enrichment.py``
 reads them) and measures, in this process, the code a task host runs
-(``processor_api.spark.global_stores.GlobalStores`` with the order_enrichment topology's
+(``processor_api.runtime.global_stores.GlobalStores`` with the order_enrichment topology's
 global store and processor):
 
 * **initial fill** (the host's first task on an executor, or after its state is lost):
@@ -79,7 +79,7 @@ def produce_customers(bootstrap: str, start: int, count: int, version: int = 0) 
 
 def open_stores(bootstrap: str, directory: Path, persistent: bool) -> Any:
     from processor_api.config import StreamsConfig
-    from processor_api.spark.global_stores import GlobalStores
+    from processor_api.runtime.global_stores import GlobalStores
     from topologies.order_enrichment import build_topology
 
     return GlobalStores(

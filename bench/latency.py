@@ -54,6 +54,8 @@ from bench.common import (
 from bench.throughput import KEYS, MASTER, PARTITIONS, TOPIC_CONFIG, run_topology_bin
 
 TRIGGERS = (0.1, 0.5, 1.0)
+EPOCHS_ALOS = "processor_api epochs"
+EPOCHS_EOS = "processor_api epochs exactly_once_v2"
 TRICKLE_RATE = 20
 READY_TIMEOUT_S = 120.0
 
@@ -65,29 +67,31 @@ def pa_name(trigger: float) -> str:
 def contender_cmds(
     bootstrap: str, in_topic: str, out_topic: str, state_dir: str, triggers=TRIGGERS
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
+    def run_topology(*flags: str) -> tuple[list[str], dict[str, str]]:
+        command = [
+            run_topology_bin(),
+            "topologies.count_per_key:build_topology",
+            "--bootstrap-servers",
+            bootstrap,
+            "--application-id",
+            f"lat-{uuid.uuid4().hex[:8]}",
+            "--state-dir",
+            state_dir,
+            "--master",
+            MASTER,
+            *flags,
+            "--topology-arg",
+            f"input_topic={json.dumps(in_topic)}",
+            "--topology-arg",
+            f"output_topic={json.dumps(out_topic)}",
+        ]
+        return command, {}
+
     cmds: dict[str, tuple[list[str], dict[str, str]]] = {}
     for trigger in triggers:
-        cmds[pa_name(trigger)] = (
-            [
-                run_topology_bin(),
-                "topologies.count_per_key:build_topology",
-                "--bootstrap-servers",
-                bootstrap,
-                "--application-id",
-                f"lat-{uuid.uuid4().hex[:8]}",
-                "--state-dir",
-                state_dir,
-                "--master",
-                MASTER,
-                "--trigger-interval",
-                f"{trigger:g}",
-                "--topology-arg",
-                f"input_topic={json.dumps(in_topic)}",
-                "--topology-arg",
-                f"output_topic={json.dumps(out_topic)}",
-            ],
-            {},
-        )
+        cmds[pa_name(trigger)] = run_topology("--trigger-interval", f"{trigger:g}")
+    cmds[EPOCHS_ALOS] = run_topology("--epochs")
+    cmds[EPOCHS_EOS] = run_topology("--epochs", "--processing-guarantee", "exactly_once_v2")
     cmds["hand_loop"] = (
         [
             PYTHON,

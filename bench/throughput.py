@@ -105,6 +105,7 @@ def processor_api_cmd(
 #: The same count per key and one-minute tumbling window in a window store (RocksDB segments):
 #: a windowed aggregation end to end, next to the key-value count.
 WINDOWED = "processor_api windowed count"
+EPOCHS = "processor_api epochs"
 
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
@@ -330,6 +331,7 @@ def contenders(
             LOCAL3: "processor_api_local3",
             NO_WSCG: "processor_api_no_wscg",
             WINDOWED: "processor_api_windowed",
+            EPOCHS: "processor_api_epochs",
         }[name]
         if name == BEFORE:
             cmd, env, cwd = (
@@ -467,6 +469,7 @@ def contenders(
         LOCAL3: lambda rep: processor_api(rep, LOCAL3, ("--master", "local[3]")),
         NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
         WINDOWED: lambda rep: processor_api(rep, WINDOWED, ("--topology-arg", "windowed=true")),
+        EPOCHS: lambda rep: processor_api(rep, EPOCHS, ("--epochs",)),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)

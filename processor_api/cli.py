@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="micro-batch interval (default: 1 s, or a quarter of the smallest wall-clock "
+        help="micro-batches only: the trigger interval (default: 1 s, or a quarter of the "
+        "smallest wall-clock "
         "punctuation interval scheduled in init(), at least 0.1 s)",
     )
     parser.add_argument(
@@ -137,7 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="process everything in the input topics now, then exit 0",
     )
-    parser.add_argument("--max-records-per-batch", type=int, default=200_000)
+    parser.add_argument(
+        "--max-records-per-batch",
+        type=int,
+        default=None,
+        help="micro-batches only: records of one micro-batch at most (200000)",
+    )
+    parser.add_argument(
+        "--epochs",
+        action="store_true",
+        help="run tasks continuously in long Spark epochs (Kafka Streams' poll loop, a commit "
+        "every commit.interval.ms, outputs as they are made) instead of micro-batches; "
+        "--trigger-interval and --max-records-per-batch then do not apply",
+    )
+    parser.add_argument(
+        "--epoch-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --epochs: length of a Spark epoch (default 60 s); it bounds how far Spark's "
+        "checkpoint trails the commits in Kafka, not latency",
+    )
     parser.add_argument(
         "--config",
         type=_key_value,
@@ -287,6 +308,8 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             trigger_interval_s=args.trigger_interval,
             available_now=args.available_now,
             max_records_per_batch=args.max_records_per_batch,
+            epochs=args.epochs,
+            epoch_interval_s=args.epoch_interval,
             config=config,
             log_format=args.log_format,
             spark_conf=dict(args.spark_conf),

@@ -61,7 +61,6 @@ ALIASES = {
 ELSEWHERE = {
     "bootstrap_servers": "give it with --bootstrap-servers",
     "state_dir": "give it with --state-dir",
-    "commit_interval_ms": "micro-batches commit; set --trigger-interval (seconds)",
 }
 
 
@@ -121,6 +120,9 @@ class StreamsConfig:
     stream_time_idle_advance_ms: int | None = None
     #: ``MODULE:CALLABLE`` returning a :class:`~processor_api.restore_listener.StateRestoreListener`
     state_restore_listener: Any = None
+    #: How often a running task commits (Kafka Streams' ``commit.interval.ms``); None: its
+    #: default for the guarantee (see :attr:`commit_interval`).
+    commit_interval_ms: int | None = None
     #: ``schema.registry.*`` settings as ``SchemaRegistryClient`` config (``url``,
     #: ``basic.auth.user.info``, ...), for the registry serdes that name no registry
     schema_registry: dict[str, Any] = field(default_factory=dict)
@@ -174,6 +176,11 @@ class StreamsConfig:
                 f"while the broker has more of them) or a positive number of ms, got "
                 f"{self.max_task_idle_ms}"
             )
+        if self.commit_interval_ms is not None:
+            interval = _milliseconds("commit_interval_ms", self.commit_interval_ms)
+            if interval < 0:
+                raise ConfigError(f"commit_interval_ms must be >= 0, got {interval}")
+            self.commit_interval_ms = interval
         if self.stream_time_idle_advance_ms is not None:
             idle = _milliseconds("stream_time_idle_advance_ms", self.stream_time_idle_advance_ms)
             if idle < 1:
@@ -182,6 +189,14 @@ class StreamsConfig:
                     f"stream time moving with records only), got {idle}"
                 )
             self.stream_time_idle_advance_ms = idle
+
+    @property
+    def commit_interval(self) -> int:
+        """``commit.interval.ms`` in force: the one set, else Kafka Streams' default for the
+        guarantee (30,000 ms under at_least_once, 100 ms under exactly_once_v2)."""
+        if self.commit_interval_ms is not None:
+            return self.commit_interval_ms
+        return 100 if self.exactly_once else 30_000
 
     @property
     def exactly_once(self) -> bool:

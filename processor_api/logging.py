@@ -7,6 +7,10 @@ The level is kept in one mutable place and checked by the first processor, so lo
 before :func:`configure_logging` (module-level ones) follow the level set later. It is also
 exported as ``PROCESSOR_API_LOG_LEVEL`` so that processes started from this one (Spark's Python
 workers, task hosts) log at the same level: :func:`configure_logging` without a level reads it.
+
+Every event gets its log time (ISO 8601, UTC) under ``timestamp``, unless the caller passed a
+``timestamp`` field of its own (a record's timestamp, say): that one is kept as given and the
+log time goes under ``log_timestamp``. Fields a caller passes are never overwritten.
 """
 
 from __future__ import annotations
@@ -52,6 +56,33 @@ def _drop_below_level(logger: Any, method_name: str, event_dict: dict) -> dict:
     return event_dict
 
 
+#: Where the log time goes: ``timestamp``, or ``log_timestamp`` when the event has its own.
+LOG_TIME_KEY = "timestamp"
+LOG_TIME_ASIDE_KEY = "log_timestamp"
+_STAMP = structlog.processors.TimeStamper(fmt="iso", utc=True, key=LOG_TIME_KEY)
+_STAMP_ASIDE = structlog.processors.TimeStamper(fmt="iso", utc=True, key=LOG_TIME_ASIDE_KEY)
+
+
+def _add_log_time(logger: Any, method_name: str, event_dict: dict) -> dict:
+    if LOG_TIME_KEY in event_dict:
+        if LOG_TIME_ASIDE_KEY in event_dict:
+            return event_dict  # both taken by the caller: add nothing rather than overwrite
+        return _STAMP_ASIDE(logger, method_name, event_dict)
+    return _STAMP(logger, method_name, event_dict)
+
+
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when an event is written, not when logging was configured:
+    a caller that redirects or captures stderr (pytest's capsys, a notebook) gets the events,
+    and a replaced stream that was closed since is never written to."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def current_level() -> str:
     """The configured level's name (``"info"``, ...)."""
     return logging.getLevelName(_LEVEL[0]).lower()
@@ -81,14 +112,14 @@ def configure_logging(log_format: str = "console", level: str | None = None) -> 
         structlog.processors.JSONRenderer()
         if log_format == "json"
         else structlog.processors.KeyValueRenderer(
-            key_order=["timestamp", "level", "event"], drop_missing=True
+            key_order=[LOG_TIME_KEY, LOG_TIME_ASIDE_KEY, "level", "event"], drop_missing=True
         )
     )
     _PROCESSORS[:] = [
         _drop_below_level,
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _add_log_time,
         structlog.processors.format_exc_info,
         renderer,
     ]
@@ -99,7 +130,7 @@ def configure_logging(log_format: str = "console", level: str | None = None) -> 
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         # one write() per event, line and newline together: print() writes them apart, and
         # the Spark JVM, sharing stderr, then put its own lines between the two
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=False,
     )
     _configured = True

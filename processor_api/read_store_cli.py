@@ -4,10 +4,12 @@
         --topology topologies.sales_aggregation:build_topology sales-totals
 
 One JSON object per line, ``{"key": ..., "value": ..., "partition": ...}`` (plus the window or
-session bounds of windowed stores and the timestamp of timestamped ones), or a table with
-``--format table``. Keys and values are deserialized with the serdes the topology gives the
-store; bytes print as base64. Exit status: 0 when the store was read, 2 for bad arguments, an
-unknown store or application, 1 when reading failed.
+session bounds of windowed stores, the timestamp of timestamped ones, timestamp and
+``valid_to`` of versioned ones), or a table with ``--format table``. A versioned store is read
+one ``--key`` at a time: its latest version or, with ``--as-of``, the one valid then. Keys and
+values are deserialized with the serdes the topology gives the store; bytes print as base64.
+Exit status: 0 when the store was read, 2 for bad arguments, an unknown store or application
+or a selection the store cannot take, 1 when reading failed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ from processor_api.errors import StreamsError
 from processor_api.logging import LEVELS, configure_logging
 
 PROG = "read-store"
+#: How the selection's errors name things, and the options that set them.
+_OPTION_WORDS = (
+    ("key range (from/to)", "--from/--to"),
+    ("(give a key or a key range)", "(give --key or --from/--to)"),
+    ("a prefix selects", "--prefix selects"),
+    ("(give a key, and as_of", "(give --key, and --as-of"),
+    ("as_of reads", "--as-of reads"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--from", dest="key_from", metavar="A", help="keys from A (inclusive)")
     select.add_argument("--to", dest="key_to", metavar="B", help="keys up to B (inclusive)")
     select.add_argument("--prefix", metavar="P", help="keys starting with P (key-value stores)")
+    parser.add_argument(
+        "--as-of",
+        metavar="TIMESTAMP",
+        type=_timestamp,
+        help="versioned stores, with --key: the version valid at TIMESTAMP (epoch ms, or an "
+        "ISO-8601 date-time, UTC unless it gives an offset)",
+    )
     parser.add_argument("--format", choices=["json", "table"], default="json")
     parser.add_argument(
         "--config",
@@ -85,36 +102,61 @@ def main(argv: list[str] | None = None) -> int:
 def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
     from processor_api.cli import kafka_settings
     from processor_api.config import StreamsConfig
+    from processor_api.kafka.store_reader import store_builder
+    from processor_api.loader import load_topology
     from processor_api.store_queries import entry_fields, open_store_reader
 
     kafka = kafka_settings(args)
     registry = StreamsConfig.from_dict(dict(args.config)).schema_registry
+    topology = load_topology(args.topology, dict(args.topology_arg))
+    # the selection is checked against the store before the broker is asked anything
+    selection = _selection(args, store_builder(topology, args.store))
     reader = open_store_reader(
         args.bootstrap_servers,
         args.application_id,
-        args.topology,
+        topology,
         args.store,
         kafka_config=kafka,
-        topology_kwargs=dict(args.topology_arg),
         registry=registry,
     )
-    key_serde = reader.builder.key_serde
-    selection = _selection(args, key_serde, args.store)
     entries = reader.read(selection)
     return ({**entry_fields(entry), "partition": p} for p, entry in entries)
 
 
-def _selection(args: argparse.Namespace, key_serde: Any, store: str) -> Any:
+def _selection(args: argparse.Namespace, builder: Any) -> Any:
     from processor_api.errors import ConfigError, StoreError
-    from processor_api.state.selection import StoreSelection
+    from processor_api.state.selection import StoreSelection, check_selection
 
+    store = builder.name
     values = {}
     for option, name in (("--key", "key"), ("--from", "key_from"), ("--to", "key_to")):
-        values[name] = _parse_key(option, getattr(args, name), key_serde, store)
+        values[name] = _parse_key(option, getattr(args, name), builder.key_serde, store)
     try:
-        return StoreSelection(**values, prefix=args.prefix)
+        selection = StoreSelection(**values, prefix=args.prefix, as_of=args.as_of)
+        check_selection(builder.kind, store, selection)
     except StoreError as exc:
-        raise ConfigError(str(exc).replace("key range (from/to)", "--from/--to")) from None
+        message = str(exc)
+        for api, option in _OPTION_WORDS:
+            message = message.replace(api, option)
+        raise ConfigError(message) from None
+    return selection
+
+
+def _timestamp(text: str) -> int:
+    """``--as-of``: epoch milliseconds, or an ISO-8601 date-time (UTC without an offset)."""
+    from datetime import datetime, timezone
+
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO-8601 date-time"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
 
 
 def _parse_key(option: str, text: str | None, serde: Any, store: str) -> Any:

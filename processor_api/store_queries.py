@@ -58,6 +58,7 @@ def read_store(
     key_from: Any = None,
     key_to: Any = None,
     prefix: Any = None,
+    as_of: int | None = None,
     kafka_config: Mapping[str, Any] | None = None,
     topology_kwargs: Mapping[str, Any] | None = None,
     registry: str | Mapping[str, Any] | None = None,
@@ -72,16 +73,20 @@ def read_store(
     for window and session stores, ``ValueAndTimestamp`` values for timestamped stores).
 
     Select with ``key``, with ``key_from``/``key_to`` (inclusive; either may be left open) or
-    with ``prefix`` (key-value stores). Versioned stores are read one ``key`` at a time (its
-    latest ``VersionedRecord``). Raises ``ConfigError`` for a store the topology does not have
-    (or without a changelog) and ``MissingTopicError`` when the application has no state on
-    the broker. ``registry`` (a URL or a ``SchemaRegistryClient`` config dict) serves the
-    Schema Registry serdes that name no registry, as ``schema.registry.*`` does in a run.
+    with ``prefix`` (key-value stores). Versioned stores are read one ``key`` at a time: its
+    latest ``VersionedRecord``, or with ``as_of`` (epoch ms) the version valid then (``None``
+    beyond the history retention, as the store's ``get``). A selection the store's kind
+    cannot take raises ``StoreError`` at once. Raises ``ConfigError`` for a store the topology
+    does not have (or without a changelog) and ``MissingTopicError`` when the application has
+    no state on the broker. ``registry`` (a URL or a ``SchemaRegistryClient`` config dict) serves
+    the Schema Registry serdes that name no registry, as ``schema.registry.*`` does in a run.
     """
     from processor_api.schemas.registry import client_config
     from processor_api.state.selection import StoreSelection
 
-    selection = StoreSelection(key=key, key_from=key_from, key_to=key_to, prefix=prefix)
+    selection = StoreSelection(
+        key=key, key_from=key_from, key_to=key_to, prefix=prefix, as_of=as_of
+    )
     reader = open_store_reader(
         bootstrap_servers,
         application_id,
@@ -97,7 +102,8 @@ def read_store(
 def entry_fields(entry: KeyValue) -> dict[str, Any]:
     """One store entry as flat fields: ``key``, ``value``, and where the store has them
     ``window_start``/``window_end`` (window stores), ``session_start``/``session_end``
-    (session stores, both inclusive) and ``timestamp`` (timestamped and versioned stores)."""
+    (session stores, both inclusive), ``timestamp`` (timestamped and versioned stores) and
+    ``valid_to`` (versioned stores: when the next version starts, None for the latest)."""
     from processor_api.state.windowed_types import (
         SessionWindow,
         ValueAndTimestamp,
@@ -116,6 +122,8 @@ def entry_fields(entry: KeyValue) -> dict[str, Any]:
         fields["key"] = key
     if isinstance(value, ValueAndTimestamp | VersionedRecord):
         fields["value"], fields["timestamp"] = value.value, value.timestamp
+        if isinstance(value, VersionedRecord):
+            fields["valid_to"] = value.valid_to
     else:
         fields["value"] = value
     return {"key": fields.pop("key"), "value": fields.pop("value"), **fields}

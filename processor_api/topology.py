@@ -32,6 +32,7 @@ from processor_api.topology_nodes import (
     as_deserializer,
     global_store_node,
     supplier_of,
+    topic_name_problem,
 )
 
 __all__ = [  # the node types are re-exported: they were first defined here
@@ -135,29 +136,37 @@ class Topology:
         self,
         store_builder: StoreBuilder,
         source_name: str,
-        key_deserializer: Serde | None,
-        value_deserializer: Serde | None,
         topic: str,
         processor_name: str,
-        processor_supplier: Any,
+        state_update_supplier: Any,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
     ) -> Topology:
         """Add a global store filled from every partition of ``topic`` (Kafka Streams'
         ``addGlobalStore``).
 
-        Source ``source_name`` reads ``topic`` with the given deserializers (serdes; None:
-        bytes) and hands each record to processor ``processor_name`` (made by
-        ``processor_supplier``), which keeps the store up to date. The topic is the store's
+        Source ``source_name`` reads ``topic`` with ``key_serde``/``value_serde`` (None: bytes)
+        and hands each record to processor ``processor_name`` (made by
+        ``state_update_supplier``), which keeps the store up to date. The topic is the store's
         changelog: the builder must have logging disabled. Every task's processors read the
         store with ``context.get_state_store(name)`` without being connected to it; only the
         global processor writes it. ``timestamp_extractor`` stamps the records the global
         processor gets (default: their Kafka timestamp).
+
+        Kafka Streams' positional order is accepted too: ``(store_builder, source_name,
+        key_serde, value_serde, topic, processor_name, state_update_supplier)``. A topic is
+        always a ``str`` and a serde never is, so the third argument tells the two apart.
         """
+        topic, processor_name, supplier, key_serde, value_serde = _fed_store_arguments(
+            "add_global_store", topic, processor_name, state_update_supplier, key_serde,
+            value_serde,
+        )  # fmt: skip
         store_name = self._check_fed_store("add_global_store", store_builder, source_name,
                                            processor_name, topic)  # fmt: skip
         node = global_store_node(
-            store_builder, source_name, key_deserializer, value_deserializer, topic,
-            processor_name, processor_supplier, timestamp_extractor,
+            store_builder, source_name, key_serde, value_serde, topic,
+            processor_name, supplier, timestamp_extractor,
         )  # fmt: skip
         self._global[store_name] = node
         self._order[source_name] = len(self._order)
@@ -168,11 +177,11 @@ class Topology:
         self,
         store_builder: StoreBuilder,
         source_name: str,
-        key_deserializer: Serde | None,
-        value_deserializer: Serde | None,
         topic: str,
         processor_name: str,
-        processor_supplier: Any,
+        state_update_supplier: Any,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
     ) -> Topology:
         """Add a read-only state store fed by ``topic`` (Kafka Streams' ``addReadOnlyStateStore``).
@@ -183,16 +192,21 @@ class Topology:
         Logging is disabled: the topic is the store's changelog, so after a loss of local
         state the store is restored from the topic as it is (the processor must store the
         records' bytes unchanged, as in Kafka Streams); the topic should be compacted.
+        Arguments as :meth:`add_global_store`, Kafka Streams' positional order included.
         """
+        topic, processor_name, supplier, key_serde, value_serde = _fed_store_arguments(
+            "add_read_only_state_store", topic, processor_name, state_update_supplier,
+            key_serde, value_serde,
+        )  # fmt: skip
         store_name = self._check_fed_store("add_read_only_state_store", store_builder,
                                            source_name, processor_name, topic)  # fmt: skip
-        supplier = supplier_of(processor_name, processor_supplier)
+        supplier = supplier_of(processor_name, supplier)
         store_builder.with_logging_disabled()
         self.add_source(
             source_name,
             topic,
-            key_serde=as_deserializer(source_name, "key", key_deserializer),
-            value_serde=as_deserializer(source_name, "value", value_deserializer),
+            key_serde=as_deserializer(source_name, "key", key_serde),
+            value_serde=as_deserializer(source_name, "value", value_serde),
             timestamp_extractor=timestamp_extractor,
             offset_reset="earliest",
         )
@@ -263,8 +277,7 @@ class Topology:
             raise TopologyError(f"sink {name!r} has no parent: it would never receive records")
         self._check_parents(name, parent_names)
         if isinstance(topic, str):
-            if not topic:
-                raise TopologyError(f"sink {name!r}: empty topic name")
+            _check_topic_name(f"sink {name!r}", topic)
             static_topic, extractor = topic, None
         elif callable(topic):
             static_topic, extractor = None, topic
@@ -296,8 +309,7 @@ class Topology:
             raise TopologyError(f"a node named {name!r} is already added")
 
     def _check_topic_free(self, source: str, topic: Any) -> None:
-        if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"source {source!r}: invalid topic name {topic!r}")
+        _check_topic_name(f"source {source!r}", topic)
         other = self._topic_to_source.get(topic) or self._global_sources().get(topic)
         if other is not None:
             raise TopologyError(
@@ -399,3 +411,45 @@ class Topology:
     def describe(self) -> TopologyDescription:
         """A description whose ``str()`` is Kafka Streams' ``TopologyDescription`` text."""
         return TopologyDescription(self)
+
+
+def _check_topic_name(node: str, topic: Any) -> None:
+    """Refuse a topic name Kafka would refuse, naming the node (e.g. ``"sink 'out'"``)."""
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise TopologyError(f"{node}: invalid topic name {topic!r}: {problem}")
+
+
+def _fed_store_arguments(
+    method: str, topic: Any, processor_name: Any, supplier: Any, key_serde: Any, value_serde: Any
+) -> tuple[Any, Any, Any, Any, Any]:
+    """``(topic, processor_name, supplier, key_serde, value_serde)`` of a global or read-only
+    store, from either the keyword form or Kafka Streams' positional order.
+
+    In Kafka Streams' order the serdes come before the topic, so the parameters hold (key serde,
+    value serde, topic, processor name, supplier) in that order. A topic is always a ``str``
+    and a serde never is (None also means the bytes serde), so a non-``str`` third argument
+    means Kafka Streams' order.
+    """
+    forms = (
+        f"{method} takes (store_builder, source_name, topic, processor_name, "
+        "state_update_supplier, key_serde=..., value_serde=...), or Kafka Streams' order "
+        "(store_builder, source_name, key_serde, value_serde, topic, processor_name, "
+        "state_update_supplier)"
+    )
+    if isinstance(topic, str):
+        if not isinstance(processor_name, str):
+            raise TypeError(
+                f"{forms}: topic {topic!r} is followed by {processor_name!r}, not a processor "
+                "name (a serde given as a str?)"
+            )
+        return topic, processor_name, supplier, key_serde, value_serde
+    ks_key, ks_value, ks_topic, ks_processor, ks_supplier = (
+        topic, processor_name, supplier, key_serde, value_serde,
+    )  # fmt: skip
+    if not isinstance(ks_topic, str) or not isinstance(ks_processor, str) or ks_supplier is None:
+        raise TypeError(
+            f"{forms}: the third argument {topic!r} is not a topic name and the rest does not "
+            "match Kafka Streams' order"
+        )
+    return ks_topic, ks_processor, ks_supplier, ks_key, ks_value

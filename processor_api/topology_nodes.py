@@ -8,8 +8,10 @@ generates no task).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from processor_api.errors import TopologyError
@@ -25,6 +27,37 @@ StreamPartitioner = Callable[[str, Any, Any, int], "int | None"]
 TopicNameExtractor = Callable[[Record], str]
 
 OFFSET_RESET_POLICIES = ("earliest", "latest")
+
+
+#: The longest topic name Kafka accepts (``org.apache.kafka.common.internals.Topic``).
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+@lru_cache(maxsize=4096)
+def topic_name_problem(name: object) -> str | None:
+    """Why Kafka would refuse ``name`` as a topic name, or None if it is legal.
+
+    Kafka's rule: a non-empty string of ASCII letters, digits, ``.``, ``_`` and ``-``, at most
+    249 characters, and neither ``.`` nor ``..``. The embedded broker accepts more, so the
+    topology checks names itself rather than leave it to the broker.
+    """
+    if not isinstance(name, str) or not name:
+        return "a topic name must be a non-empty string"
+    if name in (".", ".."):
+        return "a topic name cannot be '.' or '..'"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return (
+            f"a topic name can be at most {MAX_TOPIC_NAME_LENGTH} characters long, "
+            f"this one has {len(name)}"
+        )
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        illegal = "".join(sorted({c for c in name if not _LEGAL_TOPIC_NAME.fullmatch(c)}))
+        return (
+            "a topic name may contain only ASCII letters, digits, '.', '_' and '-', "
+            f"not {illegal!r}"
+        )
+    return None
 
 
 @dataclass
@@ -63,9 +96,11 @@ class SinkNode:
             return self.topic
         assert self.topic_extractor is not None
         topic = self.topic_extractor(record)
-        if not isinstance(topic, str) or not topic:
+        problem = topic_name_problem(topic)
+        if problem is not None:
             raise TopologyError(
-                f"topic extractor of sink {self.name!r} returned {topic!r}, expected a topic name"
+                f"topic extractor of sink {self.name!r} returned {topic!r}, not a topic name "
+                f"Kafka accepts: {problem}"
             )
         return topic
 

@@ -1,6 +1,8 @@
 """Shared fixtures: one embedded broker and one SparkSession per test session.
 
-The helpers they and the tests use are the modules of ``tests/harness``.
+The helpers they and the tests use are the modules of ``tests/harness``. A test that uses either
+fixture, or starts a broker, a JVM or ``run-topology`` itself, must be marked ``integration``:
+``tests/harness/integration_guard.py`` fails it otherwise, so ``make test-fast`` stays light.
 """
 
 from __future__ import annotations
@@ -11,6 +13,20 @@ import pytest
 
 # the harness's own asserts report like the tests' (must come before anything imports it)
 pytest.register_assert_rewrite("tests.harness")
+
+from tests.harness.integration_guard import (  # noqa: E402  (hooks of this conftest)
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+    pytest_runtest_setup,
+)
+
+__all__ = [
+    "pytest_configure",
+    "pytest_runtest_makereport",
+    "pytest_runtest_protocol",
+    "pytest_runtest_setup",
+]
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +66,18 @@ def spark(tmp_path_factory):
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def cli_logging(monkeypatch):
+    """For tests that call a CLI's ``main()`` in this process: it configures logging (level,
+    and ``$PROCESSOR_API_LOG_LEVEL`` that subprocesses of later tests inherit); put both back."""
+    from processor_api.logging import LEVEL_ENV, configure_logging, current_level
+
+    level = current_level()
+    monkeypatch.setenv(LEVEL_ENV, level)  # restored (or removed) after the test
+    yield
+    configure_logging("console", level)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ Needs neither the broker nor Spark.
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ DESCRIBE_BLOCK = re.compile(
 )
 TEST_FUNCTION = re.compile(r"^def (test_\w+)\(", re.MULTILINE)
 # ``--`` options the README may mention that are not run-topology flags.
-OTHER_FLAGS: set[str] = set()
+OTHER_FLAGS: set[str] = {"--check"}  # ruff format --check (make lint)
 
 
 def _readme() -> str:
@@ -81,12 +82,17 @@ def test_printed_describe_output_is_current(reference, printed):
 
 
 def test_cli_flags_in_readme_exist():
+    from processor_api.broker_cli import build_parser as build_tool_parser
     from processor_api.cli import build_parser
     from processor_api.read_store_cli import build_parser as build_read_store_parser
 
+    parsers = [build_parser(), build_read_store_parser(), build_tool_parser()]
+    for action in parsers[-1]._actions:  # processor-api's sub-commands
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.extend(action.choices.values())
     known = {
         option
-        for parser in (build_parser(), build_read_store_parser())
+        for parser in parsers
         for action in parser._actions
         for option in action.option_strings
     }

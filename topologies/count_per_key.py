@@ -1,4 +1,4 @@
-"""Count per key: the throughput benchmark's topology (``bench/``, issue #5).
+"""Count per key: the throughput benchmark's topology (``bench/``).
 
 * source ``input_topic`` (default ``count-input``): string keys, value bytes (not read);
 * processor ``COUNTER``: ``count + 1`` per key in store ``store_name`` (default ``counts``;

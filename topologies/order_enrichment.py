@@ -129,11 +129,11 @@ def build_topology(
         .add_global_store(
             customers,
             "CUSTOMERS_SOURCE",
-            Serdes.string(),
-            Serdes.json(),
             customers_topic,
             "CUSTOMERS_UPDATER",
             lambda: CustomerUpdater(store_name),
+            key_serde=Serdes.string(),
+            value_serde=Serdes.json(),
         )
         .add_source(
             "ORDERS_SOURCE", orders_topic, key_serde=Serdes.string(), value_serde=Serdes.json()

@@ -27,7 +27,7 @@ visible too, but a downstream task never reads that batch's records before the u
 done the batch again: they lie past the repartition partition's last stable offset until the
 upstream's new producer fences the open transaction, which happens in the upstream task's
 next micro-batch; that micro-batch ends (its marker naming the new writer committed, the old
-marker passed over by recovery, see ``spark/guarantee.py``) before the next one is planned.
+marker passed over by recovery, see ``runtime/guarantee.py``) before the next one is planned.
 """
 
 from __future__ import annotations

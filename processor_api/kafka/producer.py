@@ -10,6 +10,15 @@ acknowledged offset per partition; ``flush_and_check`` raises ``DeliveryError`` 
 partition and cause when anything failed or was not acknowledged in time, unless a
 ``DeliveryFailureHandler`` (``kafka/delivery.py``) accepts the failed records as dropped.
 
+Delivery callbacks take no lock and never raise: confluent-kafka may run a callback while a
+Python exception is already pending (the fatal error of a fenced producer, or an earlier callback
+that raised), and then a call inside the callback fails *after* it took effect: a lock acquired
+by a ``with`` statement that fails this way is never released, and the next callback on the same
+thread waits for it forever (a deadlock inside ``flush``). So a callback only appends its report
+to a queue; the tracker's own methods fold the queue into the counts, outside any librdkafka
+call, and an exception inside a callback is kept and raised by ``flush_and_check``, naming the
+record's topic and partition.
+
 Note: librdkafka treats a record timestamp of 0 as "now", so a record cannot be produced with
 timestamp 0 (it gets the producer's wall clock); the tracker logs a warning when asked to.
 """
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -100,7 +109,8 @@ class DeliveryTracker:
     """Produces through ``producer`` and keeps track of what was acknowledged.
 
     Not thread-safe for concurrent ``produce`` calls from several threads; delivery callbacks
-    run inside ``poll``/``flush`` of the calling thread.
+    run inside ``poll``/``flush`` of the calling thread and only queue their reports (see the
+    module docs); the lock guards the counts and is never held across a librdkafka call.
     """
 
     def __init__(self, producer: Producer, *, buffer_full_timeout_s: float = 60.0) -> None:
@@ -115,8 +125,12 @@ class DeliveryTracker:
         self._acked: dict[tuple[str, int], int] = {}
         self._warned_zero_timestamp = False
         self._unpolled = 0
+        # Filled by the delivery callbacks (deque.append needs no lock), emptied by _settle:
+        # (topic, partition, offset) of an acknowledged record, (error, message) of a failed one.
+        self._reports: deque[tuple[str, int, int] | tuple[KafkaError, Message]] = deque()
+        self._callback_errors: deque[tuple[Message, BaseException]] = deque()
         # Output records (``produce_values``) are acknowledged by a lighter callback that only
-        # counts per topic; the counts are folded into the totals by ``_settle_output_acks``.
+        # counts per topic; the counts are folded into the totals by ``_settle``.
         self._output_acked: dict[str, list[int]] = {}
         self._output_callbacks: dict[str, Any] = {}
 
@@ -128,34 +142,56 @@ class DeliveryTracker:
     @property
     def pending(self) -> int:
         """Records handed to the producer whose delivery was not reported yet."""
-        self._settle_output_acks()
+        self._settle()
         return self._pending
 
     @property
     def delivered(self) -> int:
         """Records acknowledged by the broker so far."""
-        self._settle_output_acks()
+        self._settle()
         return self._delivered
 
     @property
     def failed(self) -> int:
         """Records whose delivery failed so far."""
+        self._settle()
         return self._failed
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        topic, partition = message.topic(), message.partition()
+        # Runs inside librdkafka calls, perhaps with an exception pending (module docs): no
+        # lock, nothing that may raise out of it.
+        try:
+            if error is None:
+                self._reports.append((message.topic(), message.partition(), message.offset()))
+            else:  # kept as reported: FailedDelivery is made outside the callback, by _settle
+                self._reports.append((error, message))
+        except BaseException as exc:  # noqa: BLE001 - raised by flush_and_check
+            self._callback_errors.append((message, exc))
+
+    def _settle(self) -> None:
+        """Fold the queued delivery reports into the counts (never inside a callback)."""
         with self._lock:
-            self._pending -= 1
-            self._pending_by_topic[topic] -= 1
-            if error is not None:
-                self._failed += 1
-                self._failures.append(FailedDelivery.from_report(error, message))
-                return
-            self._delivered += 1
-            key = (topic, partition)
-            offset = message.offset()
-            if offset is not None and offset >= 0 and offset + 1 > self._acked.get(key, 0):
-                self._acked[key] = offset + 1
+            reports, acked, by_topic = self._reports, self._acked, self._pending_by_topic
+            while reports:
+                report = reports.popleft()
+                self._pending -= 1
+                if len(report) == 2:
+                    failure = FailedDelivery.from_report(*report)  # type: ignore[arg-type]
+                    by_topic[failure.topic] -= 1
+                    self._failed += 1
+                    self._failures.append(failure)
+                    continue
+                topic, partition, offset = report  # type: ignore[misc]
+                by_topic[topic] -= 1
+                self._delivered += 1
+                key = (topic, partition)
+                if offset is not None and offset >= 0 and offset + 1 > acked.get(key, 0):
+                    acked[key] = offset + 1
+            for topic, counted in self._output_acked.items():
+                count, counted[0] = counted[0], 0
+                self._pending -= count
+                by_topic[topic] -= count
+                self._delivered += count
 
     def produce(
         self,
@@ -195,7 +231,7 @@ class DeliveryTracker:
         self._unpolled += 1
         if self._unpolled >= _POLL_EVERY:
             self._unpolled = 0
-            self._producer.poll(0)
+            self._poll(0)
 
     def produce_many(
         self, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None, int]]
@@ -224,11 +260,11 @@ class DeliveryTracker:
                     self._produce_waiting(topic, value, key, partition, timestamp, None)
                 sent += 1
                 if not sent & 1023:
-                    self._producer.poll(0)
+                    self._poll(0)
         except BaseException:
             self._uncount(topic, count - sent)
             raise
-        self._producer.poll(0)
+        self._poll(0)
 
     def produce_values(
         self, topic: str, entries: Sequence[tuple[bytes | None, bytes | None]], timestamp: int
@@ -260,14 +296,14 @@ class DeliveryTracker:
                     self._produce_waiting(topic, value, key, -1, timestamp, None, callback)
                 sent += 1
                 if not sent & 1023:
-                    self._producer.poll(0)
+                    self._poll(0)
         except KafkaException as exc:
             self._uncount(topic, count - sent)
             raise _refused(topic, exc, index=sent) from None
         except BaseException:
             self._uncount(topic, count - sent)
             raise
-        self._producer.poll(0)
+        self._poll(0)
 
     def _output_callback(self, topic: str) -> Any:
         callback = self._output_callbacks.get(topic)
@@ -277,20 +313,48 @@ class DeliveryTracker:
 
             def callback(error: KafkaError | None, message: Message) -> None:
                 if error is None:
-                    acked[0] += 1
+                    acked[0] += 1  # no lock: folded into the totals by _settle
                 else:
                     on_error(error, message)
 
             self._output_callbacks[topic] = callback
         return callback
 
-    def _settle_output_acks(self) -> None:
-        with self._lock:
-            for topic, acked in self._output_acked.items():
-                count, acked[0] = acked[0], 0
-                self._pending -= count
-                self._pending_by_topic[topic] -= count
-                self._delivered += count
+    def _poll(self, timeout_s: float) -> None:
+        """``Producer.poll`` (serves delivery callbacks), then fold their reports in."""
+        try:
+            self._producer.poll(timeout_s)
+        except Exception as exc:
+            self._settle()
+            self._raise_callback_errors(exc)
+            raise
+        self._settle()
+        self._raise_callback_errors(None)
+
+    def _raise_callback_errors(self, cause: BaseException | None) -> None:
+        """Raise ``DeliveryError`` for the first exception a delivery callback caught."""
+        if not self._callback_errors:
+            return
+        errors = list(self._callback_errors)
+        self._callback_errors.clear()
+        message, exc = errors[0]
+        partition = message.partition()
+        where = f"topic {message.topic()!r} " + (
+            f"partition {partition}"
+            if partition is not None and partition >= 0
+            else "(no partition chosen yet)"
+        )
+        error = flush_failure(exc) or (flush_failure(cause) if cause is not None else None)
+        if error is not None:  # the producer's own error was pending when the callback ran
+            text = f"{producer_failure_text(error)}; it surfaced in the delivery report of {where}"
+        else:
+            text = (
+                f"the delivery report of a record to {where} raised inside the producer's "
+                f"delivery callback: {type(exc).__name__}: {exc}"
+            )
+        if len(errors) > 1:
+            text += f"; {len(errors)} delivery reports raised in total"
+        raise DeliveryError(text) from exc
 
     def _produce_waiting(
         self,
@@ -328,7 +392,7 @@ class DeliveryTracker:
                         f"while producing to topic {topic!r}: "
                         f"{self.pending - 1} record(s) unacknowledged"
                     ) from None
-                self._producer.poll(0.05)
+                self._poll(0.05)
 
     def _uncount(self, topic: str, count: int) -> None:
         with self._lock:
@@ -350,7 +414,8 @@ class DeliveryTracker:
         """Wait until every record was acknowledged; raise ``DeliveryError`` otherwise.
 
         The error names the topic, partition and cause of the first failed delivery, or how
-        many records were still unacknowledged when ``timeout_s`` ran out.
+        many records were still unacknowledged when ``timeout_s`` ran out, or the record whose
+        delivery callback raised (and what it raised).
 
         With ``on_failures``, records whose delivery failed are handed to it (once each) when
         every failure is of a kind a handler may decide on (``FailureKind.HANDLED``; a fatal,
@@ -359,7 +424,6 @@ class DeliveryTracker:
         for; a failure among those raises (no second round of handling).
         """
         remaining = self._flush(timeout_s)
-        self._settle_output_acks()
         failures = self._take_failures()
         if failures:
             unhandled = [f for f in failures if f.kind is not FailureKind.HANDLED]
@@ -367,7 +431,6 @@ class DeliveryTracker:
                 raise DeliveryError(failures_text(unhandled or failures))
             on_failures(failures)
             remaining = self._flush(timeout_s)
-            self._settle_output_acks()
             again = self._take_failures()
             if again:
                 raise DeliveryError(
@@ -384,13 +447,32 @@ class DeliveryTracker:
             )
 
     def _flush(self, timeout_s: float) -> int:
+        """``Producer.flush``, then the reports folded in and callback errors raised."""
         try:
-            return self._producer.flush(timeout_s)
-        except (KafkaException, SystemError) as exc:
+            remaining = self._producer.flush(timeout_s)
+        except Exception as exc:  # KafkaException, or SystemError around a callback's error
+            self._settle()
+            self._raise_callback_errors(exc)
             error = flush_failure(exc)
-            if error is None:
+            if error is not None:
+                failures = self._take_failures()  # e.g. the records a fenced producer purged
+                raise DeliveryError(
+                    producer_failure_text(error)
+                    + (f"; {failures_text(failures)}" if failures else "")
+                ) from exc
+            if not isinstance(exc, SystemError):
                 raise
-            raise DeliveryError(producer_failure_text(error)) from exc
+            # confluent-kafka lost the error it meant to raise: a callback ran with it pending
+            failures = self._take_failures()
+            raise DeliveryError(
+                f"the producer failed while flushing and its error was lost ({exc}): a fatal "
+                "producer error, such as a transactional producer fenced by a newer instance, "
+                "surfaced inside a delivery callback"
+                + (f"; {failures_text(failures)}" if failures else "")
+            ) from exc
+        self._settle()
+        self._raise_callback_errors(None)
+        return remaining
 
     def _take_failures(self) -> list[FailedDelivery]:
         with self._lock:
@@ -399,6 +481,7 @@ class DeliveryTracker:
 
     def acked_end_offsets(self) -> dict[tuple[str, int], int]:
         """Per ``(topic, partition)``: the last acknowledged offset + 1."""
+        self._settle()
         with self._lock:
             return dict(self._acked)
 
@@ -407,7 +490,7 @@ class DeliveryTracker:
 
         Raises ``StreamsError`` while deliveries are still pending.
         """
-        self._settle_output_acks()
+        self._settle()
         with self._lock:
             if self._pending:
                 raise StreamsError(
@@ -417,3 +500,4 @@ class DeliveryTracker:
             self._failed = 0
             self._delivered = 0
             self._acked.clear()
+            self._callback_errors.clear()

@@ -25,7 +25,7 @@ What this excludes, and why it holds on Apache Kafka as on the embedded broker:
   ``read_committed`` consumer stops anyway.
 * a marker of an aborted transaction is never seen on Apache Kafka (``read_committed``); on
   Tansu it is, and is taken as the task's last commit here; the application's recovery passes
-  it over (the consumer group shows the transaction did not commit, ``spark/guarantee.py``) and
+  it over (the consumer group shows the transaction did not commit, ``runtime/guarantee.py``) and
   does the batch again, so between such a crash and the next start this reader shows that
   batch's writes on Tansu.
   Aborted records *between* two committed batches (a batch that aborted and was retried) are
@@ -58,6 +58,7 @@ from processor_api.state.selection import (
     KEY_VALUE_KINDS,
     READABLE_KINDS,
     StoreSelection,
+    check_selection,
     select,
     select_folded,
 )
@@ -126,7 +127,9 @@ class StoreReader:
 
     def read(self, selection: StoreSelection | None = None) -> Iterator[tuple[int, KeyValue]]:
         """``(partition, entry)`` of every partition, each at its last committed batch (the
-        commit markers are read now, the partitions as the iterator goes)."""
+        commit markers are read now, the partitions as the iterator goes). Raises
+        ``StoreError`` at once for a selection the store's kind cannot take."""
+        check_selection(self.builder.kind, self.builder.name, selection or StoreSelection())
         return self._entries(self.committed_ends(), selection)
 
     def _entries(
@@ -245,6 +248,7 @@ def read_partition(
     key is the store key, so the last write of each key, tombstones applied, is the store.
     """
     selection = selection or StoreSelection()
+    check_selection(builder.kind, builder.name, selection)
     if builder.kind in KEY_VALUE_KINDS:
         folded: dict[bytes, bytes] = {}
         if end > 0:

@@ -13,8 +13,13 @@ the batch with the old GroupState; the task then finds a newer committed marker,
 and skips every record the marker says was processed: nothing is produced twice.
 
 A task may run in a different Python worker each batch. A producer is re-initialized
-(``init_transactions``, which fences any other instance) whenever another instance ran the
-task since, which ``.txn-owner`` in the task directory records under the task lock.
+(``init_transactions``, which fences any other instance) whenever the task is (re)built
+(:meth:`TransactionalProducers.renew`): a task is rebuilt whenever the state Spark hands over is
+not the one this process committed, which is the case after any other instance ran it, whether
+or not that instance shares this state directory. ``.txn-owner`` in the task directory also
+records the instance under the task lock, so a producer is re-initialized when another process
+on the same directory ran the task even without a rebuild. A producer found fenced is dropped
+(the guarantee's ``abandon``), never reused.
 """
 
 from __future__ import annotations
@@ -120,6 +125,21 @@ class TransactionalProducers:
         self._producers[task_id] = (tracker, instance)
         _log.info("transactional_producer_ready", task=task_id, transactional_id=txn_id)
         return tracker
+
+    def renew(self, task_id: str) -> None:
+        """Make the next :meth:`for_task` create and initialize a new producer for the task.
+
+        Called whenever the task is (re)built: the task may have been owned elsewhere since,
+        and that owner's ``init_transactions`` fenced the cached producer.
+        """
+        if task_id in self._producers:
+            _log.info("transactional_producer_renewed", task=task_id)
+            self.drop(task_id)
+
+    def cached(self, task_id: str) -> DeliveryTracker | None:
+        """The task's current producer, if there is one (never creates one)."""
+        cached = self._producers.get(task_id)
+        return cached[0] if cached is not None else None
 
     def instance_of(self, task_id: str) -> str:
         """The instance id of the task's current producer (see :meth:`for_task`)."""

@@ -324,7 +324,7 @@ class _RangesPartition(InputPartition):
 class KafkaRangeStreamReader(KafkaStreamReader):
     """Plans micro-batches exactly as :class:`KafkaStreamReader`; reads no record.
 
-    The tasks read their ranges themselves (``spark/task_runner.py``): what Spark checkpoints,
+    The tasks read their ranges themselves (``runtime/task_runner.py``): what Spark checkpoints,
     shuffles and groups is one small row per topic-partition, and a replayed micro-batch
     replays the same ranges.
     """

@@ -104,14 +104,15 @@ def starting_offsets_json(group: Offsets) -> str:
     return json.dumps(out)
 
 
-def check_checkpoint_mode(checkpoint_dir: str, available_now: bool) -> None:
-    """Refuse to resume a checkpoint written in the other mode.
+def check_checkpoint_mode(checkpoint_dir: str, available_now: bool, epochs: bool = False) -> None:
+    """Refuse to resume a checkpoint written in another mode.
 
-    Continuous runs use a processing-time GroupState timeout and available-now runs none
-    (Spark never ends an AvailableNow query otherwise); Spark stores the state with a
-    different schema in each case and cannot resume one from the other.
+    Continuous micro-batch runs use a processing-time GroupState timeout and available-now
+    runs none (Spark never ends an AvailableNow query otherwise); Spark stores the state with
+    a different schema in each case and cannot resume one from the other. Runs in epochs
+    (both kinds) read another source (``epoch_source.py``) and use no timeout.
     """
-    mode = "available-now" if available_now else "continuous"
+    mode = "epochs" if epochs else "available-now" if available_now else "continuous"
     checkpoint = Path(checkpoint_dir)
     marker = checkpoint / "processor_api_mode"
     if marker.exists():
@@ -120,7 +121,8 @@ def check_checkpoint_mode(checkpoint_dir: str, available_now: bool) -> None:
             raise ConfigError(
                 f"the Spark checkpoint {checkpoint} was written by a {recorded} run and "
                 f"cannot be resumed by a {mode} run (Spark's state schema differs); run in "
-                f"{recorded} mode, or use another --checkpoint-dir/--application-id"
+                f"{recorded} mode, or use another --checkpoint-dir/--application-id (progress "
+                f"is also kept in Kafka: a run without the checkpoint resumes from there)"
             )
         return
     if (checkpoint / "offsets").exists():

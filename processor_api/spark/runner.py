@@ -28,13 +28,14 @@ from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
+from processor_api.runtime.host_client import close_hosts
+from processor_api.runtime.job import JobSpec
 from processor_api.spark.failures import query_failed
-from processor_api.spark.host_client import close_hosts
-from processor_api.spark.job import JobSpec
 from processor_api.spark.progress import Progress, log_batch_timings, source_positions
 from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
 from processor_api.spark.session import build_spark_session
@@ -73,6 +74,7 @@ class TopologyRunner:
                 "processing_guarantee": settings.processing_guarantee,
             }
         )
+        _check_mode_settings(settings, self.config)
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
             from processor_api.loader import load_topology
@@ -91,6 +93,7 @@ class TopologyRunner:
         )
         self._run_id = uuid.uuid4().hex  # one per run: task hosts keep their tasks across passes
         self._stop_requested = threading.Event()
+        self._warned_slots = False
         self.plan: TopicPlan | None = None
 
     # --------------------------------------------------------------- prepare
@@ -110,7 +113,7 @@ class TopologyRunner:
                 [TopicSpec(dead_letter, partitions, {})],
                 kafka=kafka,
             )
-        # both guarantees keep each task's commit markers there (spark/guarantee.py)
+        # both guarantees keep each task's commit markers there (runtime/guarantee.py)
         ensure_topics(
             self.settings.bootstrap_servers,
             [
@@ -133,7 +136,9 @@ class TopologyRunner:
         )
         return plan
 
-    def _job_spec(self, wall_clock_timeouts: bool, bounded: bool = False) -> JobSpec:
+    def _job_spec(
+        self, wall_clock_timeouts: bool, bounded: bool = False, **epoch_fields: Any
+    ) -> JobSpec:
         pickled = None
         if self._topology_ref is None:
             from pyspark import cloudpickle
@@ -156,6 +161,7 @@ class TopologyRunner:
                 "max_task_idle_ms": self.config.max_task_idle_ms,
                 "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
                 "state_restore_listener": self.config.state_restore_listener,
+                "commit_interval_ms": self.config.commit_interval_ms,
                 **self.config.extra,
                 # the executors' registry serdes that name no registry use these
                 **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},
@@ -165,6 +171,7 @@ class TopologyRunner:
             bounded=bounded,
             task_ids=tuple(self.plan.task_ids) if self.plan else (),
             kafka=self.kafka,
+            **epoch_fields,
         )
 
     # ----------------------------------------------------------------- start
@@ -184,6 +191,8 @@ class TopologyRunner:
         from processor_api.spark.kafka_source import KafkaRangeDataSource
         from processor_api.spark.task_rows import task_rows
 
+        if self.settings.epochs:
+            return self._start_epochs(end_offsets_cap, available_now)
         plan = self.plan or self.prepare()
         check_checkpoint_mode(self.settings.resolved_checkpoint_dir, available_now)
         if self._spark is None:
@@ -198,7 +207,10 @@ class TopologyRunner:
             spark.readStream.format(KafkaRangeDataSource.name())
             .option("bootstrap.servers", self.settings.bootstrap_servers)
             .option("topics", ",".join(plan.source_topics))
-            .option("max.records.per.batch", str(self.settings.max_records_per_batch))
+            .option(
+                "max.records.per.batch",
+                str(self.settings.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH),
+            )
             .option(
                 "starting.offsets",
                 resume_offsets(
@@ -257,6 +269,97 @@ class TopologyRunner:
             checkpoint=self.settings.resolved_checkpoint_dir,
             state_dir=self.settings.state_dir,
             guarantee=self.config.processing_guarantee.value,
+        )
+        return self._query
+
+    def _start_epochs(self, bounds: dict[tuple[str, int], int] | None, available_now: bool) -> Any:
+        """Start the query of a run in epochs (``epochs.py``, ``runtime/epoch_runner.py``).
+
+        ``available_now``: one epoch in which every task processes up to ``bounds``.
+        """
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        from processor_api.runtime.protocol import EpochEnd
+        from processor_api.spark.epoch_function import run_epoch
+        from processor_api.spark.epochs import epoch_rows, reset_policies, slots_of
+        from processor_api.spark.task_keys import load_or_plan_group_keys
+
+        plan = self.plan or self.prepare()
+        checkpoint = self.settings.resolved_checkpoint_dir
+        check_checkpoint_mode(checkpoint, available_now, epochs=True)
+        if self._spark is None:
+            self._spark = build_spark_session(
+                self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
+            )
+        spark = self._spark
+        slots = slots_of(spark)
+        bounded_epochs = not available_now and slots < len(plan.task_ids)
+        if bounded_epochs and not self._warned_slots:
+            self._warned_slots = True
+            _log.warning(
+                "bounded_epochs",
+                tasks=len(plan.task_ids),
+                slots=slots,
+                detail="fewer Spark task slots than tasks: each epoch ends once its task "
+                "caught up, so tasks take turns (latency is then the epoch cadence); give the "
+                "run at least as many executor cores as tasks for continuous epochs",
+            )
+        group_keys = load_or_plan_group_keys(
+            checkpoint, plan.task_ids, int(spark.conf.get("spark.sql.shuffle.partitions"))
+        )
+        partitions = [
+            (topic, p)
+            for topics in (plan.external_sources, plan.internal)
+            for topic, count in topics.items()
+            for p in range(count)
+        ]
+        spec = self._job_spec(
+            wall_clock_timeouts=False,
+            bounded=available_now,
+            start_offsets=committed_offsets(
+                self.settings.bootstrap_servers,
+                self.config.application_id,
+                partitions,
+                kafka=self.kafka,
+            ),
+            reset_policies=reset_policies(self.topology, sorted(plan.internal)),
+        )
+        end = EpochEnd(
+            duration_s=None if available_now or bounded_epochs else self.settings.epoch_interval_s,
+            end_offsets=bounds if available_now else None,
+            caught_up=bounded_epochs,
+        )
+        results = (
+            epoch_rows(spark, group_keys, plan.task_ids)
+            .groupBy("task")
+            .applyInPandasWithState(
+                partial(run_epoch, spec, end),
+                outputStructType=OUTPUT_SCHEMA,
+                stateStructType=STATE_SCHEMA,
+                outputMode="append",
+                timeoutConf=GroupStateTimeout.NoTimeout,
+            )
+        )
+        writer = (
+            results.writeStream.foreachBatch(self._progress.on_batch)
+            .option("checkpointLocation", checkpoint)
+            .queryName(re.sub(r"\W", "_", self.config.application_id))
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        self._query = writer.start()
+        _log.info(
+            "query_started",
+            application_id=self.config.application_id,
+            master=spark.sparkContext.master,
+            checkpoint=checkpoint,
+            state_dir=self.settings.state_dir,
+            guarantee=self.config.processing_guarantee.value,
+            epochs="bounded"
+            if bounded_epochs
+            else "one"
+            if available_now
+            else (f"{self.settings.epoch_interval_s:g}s"),
         )
         return self._query
 
@@ -328,7 +431,10 @@ class TopologyRunner:
         )
         _log.info("available_now_targets", records=sum(cap.values()), partitions=len(cap))
         for attempt in range(1, MAX_AVAILABLE_NOW_PASSES + 1):
-            query = self.start(end_offsets_cap=cap, available_now=True)
+            bounds = dict(cap)
+            if self.settings.epochs:  # this pass reads repartition topics up to their end now
+                bounds.update(self._repartition_ends())
+            query = self.start(end_offsets_cap=bounds, available_now=True)
             while not self._await(query, 0.2):
                 if self._stop_requested.is_set():
                     self._graceful_stop()
@@ -346,13 +452,33 @@ class TopologyRunner:
             f"{MAX_AVAILABLE_NOW_PASSES} available-now passes"
         )
 
+    def _repartition_ends(self) -> dict[tuple[str, int], int]:
+        assert self.plan is not None
+        internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
+        if not internal:
+            return {}
+        return end_offsets(
+            self.settings.bootstrap_servers,
+            internal,
+            isolation_level=self.config.processing_guarantee.isolation_level,
+            kafka=self.kafka,
+        )
+
     def _repartition_backlog(self, query: Any) -> int:
-        """Records in repartition topics beyond what the source has read."""
+        """Records in repartition topics beyond what the tasks have read."""
         assert self.plan is not None
         internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
         if not internal:
             return 0
-        read = source_positions(query)
+        if self.settings.epochs:  # the tasks commit how far they read to the group
+            read = committed_offsets(
+                self.settings.bootstrap_servers,
+                self.config.application_id,
+                internal,
+                kafka=self.kafka,
+            )
+        else:
+            read = source_positions(query)
         ends = end_offsets(self.settings.bootstrap_servers, internal, kafka=self.kafka)
         return sum(max(0, end - read.get(tp, 0)) for tp, end in ends.items())
 
@@ -375,6 +501,15 @@ class TopologyRunner:
         query = self._query
         if query is None:
             return
+        if self.settings.epochs and self.plan is not None:
+            from processor_api.spark.epochs import end_epochs
+
+            ended = end_epochs(
+                Path(self.settings.state_dir).resolve(),
+                self.config.application_id,
+                self.plan.task_ids,
+            )
+            _log.debug("epochs_ended", tasks=ended)
         if query.status.get("isTriggerActive"):
             last = (query.lastProgress or {}).get("batchId", -1)
             deadline = time.monotonic() + STOP_GRACE_S
@@ -424,6 +559,36 @@ class TopologyRunner:
         if self._own_spark and self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+
+#: Records of one micro-batch at most, unless ``max_records_per_batch`` says otherwise.
+DEFAULT_MAX_RECORDS_PER_BATCH = 200_000
+
+
+def _check_mode_settings(settings: RunSettings, config: StreamsConfig) -> None:
+    """Refuse settings that do not apply to the run's mode (nothing is silently ignored)."""
+    if settings.epochs:
+        given = [
+            flag
+            for flag, value in (
+                ("--trigger-interval", settings.trigger_interval_s),
+                ("--max-records-per-batch", settings.max_records_per_batch),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} apply to micro-batch runs (without --epochs); a run in "
+                "epochs processes records as they arrive and commits every commit.interval.ms "
+                "(--config commit.interval.ms=...)"
+            )
+        if settings.epoch_interval_s <= 0:
+            raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
+    elif config.commit_interval_ms is not None:
+        raise ConfigError(
+            "config key commit.interval.ms applies to runs in epochs (--epochs); a "
+            "micro-batch commits when it ends (--trigger-interval sets how often)"
+        )
 
 
 def run_topology(topology: Topology | str, settings: RunSettings, **kwargs: Any) -> RunResult:

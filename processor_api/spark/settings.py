@@ -20,10 +20,17 @@ class RunSettings:
     checkpoint_dir: str | None = None
     master: str = "local[*]"
     processing_guarantee: str = "at_least_once"
-    #: None: chosen from the topology's wall-clock schedules (``spark/trigger.py``).
+    #: Micro-batches only; None: chosen from the topology's wall-clock schedules
+    #: (``spark/trigger.py``).
     trigger_interval_s: float | None = None
     available_now: bool = False
-    max_records_per_batch: int = 200_000
+    #: Run in long epochs (``runtime/epoch_runner.py``); False: the micro-batch runtime, where
+    #: ``trigger_interval_s`` and ``max_records_per_batch`` apply.
+    epochs: bool = False
+    #: Length of a continuous epoch (``--epoch-interval``); see the README's "Epochs".
+    epoch_interval_s: float = 60.0
+    #: Micro-batches only: records of one micro-batch at most (None: 200,000).
+    max_records_per_batch: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     log_format: str = "console"
     spark_conf: dict[str, str] = field(default_factory=dict)

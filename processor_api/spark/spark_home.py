@@ -122,7 +122,7 @@ def compiled_spark_home() -> str | None:
             _build(installed, destination)
             _log.info("compiled_spark_home_built", path=str(destination))
         except OSError as exc:
-            _log.warning(
+            _log.info(
                 "compiled_spark_home_unavailable",
                 error=str(exc),
                 detail="Python workers compile pyspark from its zip instead",

@@ -25,10 +25,10 @@ import pandas as pd
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.logging import configure_logging, get_logger
-from processor_api.spark.host_client import exchange, raise_remote_error
-from processor_api.spark.job import JobSpec
+from processor_api.runtime.host_client import exchange, raise_remote_error
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import InputRange
 from processor_api.spark.task_keys import task_id_of
-from processor_api.spark.task_runner import InputRange
 from processor_api.state.manager import task_directory
 
 OUTPUT_SCHEMA = (
@@ -43,7 +43,7 @@ BOOTSTRAP_TOPIC = ""  # rows that only make a task exist (no Kafka record)
 _configured: set[str] = set()
 
 
-def _worker_setup(spec: JobSpec) -> None:
+def worker_setup(spec: JobSpec) -> None:
     if spec.run_id not in _configured:
         configure_logging(spec.log_format)
         # pyspark's worker daemon runs gc.collect() after every Spark task; freezing what is
@@ -70,7 +70,7 @@ def run_task(
 ) -> Iterator[pd.DataFrame]:
     """The ``applyInPandasWithState`` function body for one task and one micro-batch."""
     started = time.monotonic()
-    _worker_setup(spec)
+    worker_setup(spec)
     task_id = task_id_of(str(key[0]))
     timed_out = bool(state.hasTimedOut)
     ranges = _ranges(frames)

@@ -50,7 +50,7 @@ class GlobalStateDirectory:
         self._checkpoint = read_checkpoint(self.checkpoint_path)
         unknown = sorted({t for t, _ in self._checkpoint} - set(self._topics.values()))
         if unknown:
-            _log.warning(
+            _log.info(
                 "global_checkpoint_unknown_topics",
                 topics=unknown,
                 checkpoint=str(self.checkpoint_path),
@@ -64,7 +64,7 @@ class GlobalStateDirectory:
         files = self.directory / "rocksdb" / name
         topic = self._topics[name]
         if builder.persistent and files.exists() and not self._covers(topic):
-            _log.warning(
+            _log.info(
                 "global_store_wipe",
                 store=name,
                 topic=topic,

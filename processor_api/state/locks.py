@@ -1,4 +1,9 @@
-"""File locks on the state directory: one run per application, one writer per task."""
+"""File locks on the state directory: one run per application, one writer per task.
+
+Both are ``flock`` locks, which the kernel releases when the holding process dies, so a lock
+file left behind by a killed process never blocks the next run. The task lock file holds the
+pid of its holder while it is held; a pid of a dead process found there is reported once.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ import time
 from pathlib import Path
 
 from processor_api.errors import ConfigError, StreamsError
+from processor_api.logging import get_logger
+
+_log = get_logger("processor_api.task_state")
 
 LOCK_NAME = ".run.lock"
 
@@ -78,10 +86,35 @@ class TaskLock:
                     ) from None
                 time.sleep(0.05)
         self._fd = fd
+        self._report_dead_holder(os.pread(fd, 32, 0).decode(errors="replace").strip())
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
         return self
+
+    def _report_dead_holder(self, holder: str) -> None:
+        """A pid left in the file: its process died holding the lock (a clean exit clears
+        it). The lock is taken over all the same; the task's stores are checked as always
+        (checkpoint, identity) when they are opened."""
+        if not holder.isdigit() or int(holder) == os.getpid():
+            return
+        try:
+            os.kill(int(holder), 0)
+            return  # alive (and not holding the lock any more), or the pid was reused
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            return
+        _log.warning(
+            "stale_task_lock_taken_over",
+            task=self._task_id,
+            file=str(self._path),
+            dead_pid=int(holder),
+            detail="the process that held the task's lock died; its lock was released with it",
+        )
 
     def __exit__(self, *exc_info: object) -> None:
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

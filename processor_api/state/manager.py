@@ -12,6 +12,15 @@ store must match. On open, the local copy is compared with it:
 * local position > committed (a failed attempt wrote ahead), or unknown (the checkpoint was
   invalidated by an attempt that died mid-batch): wipe the store and replay from 0.
 
+Local state that cannot be trusted is never used and never fails the task: a ``.checkpoint``
+that does not parse, a RocksDB store that reports corruption when opened (a truncated SST file),
+or a store directory whose identity file (``rocksdb/<store>/.store-identity``: application id,
+task, store, changelog topic, store kind, serdes) is missing or does not match the topology
+running now (another application's or another topology version's store) is logged once as a
+warning naming the task and the file, and the store is wiped and restored from its changelog.
+A lock file left by a dead process is no obstacle: the locks are ``flock`` locks, which the
+kernel releases when their process dies (``locks.py``).
+
 Every store has a :class:`~processor_api.state.batch_buffer.BatchBufferBytesStore` right above
 its innermost store: a batch's writes stay in memory until :meth:`TaskStores.commit`, which runs
 once the batch's changelog records are durable (acknowledged, or committed in the batch's
@@ -22,14 +31,18 @@ forces a full restore; a crash anywhere else leaves the local store exactly at i
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
 import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, TopicPartition
 from processor_api.state.base import BytesStore
@@ -40,6 +53,9 @@ from processor_api.state.checkpoint import delete_checkpoint, read_checkpoint, w
 _log = get_logger("processor_api.task_state")
 
 TASK_DIR_PATTERN = re.compile(r"\d+_\d+")
+#: In every persistent store's directory: what the store holds (see :meth:`TaskStores.identity`).
+IDENTITY_FILE = ".store-identity"
+_CORRUPT_FILE = re.compile(r"Corruption: [^/]*(/\S+?)[.:,]?(?:\s|$)")
 
 # In-memory stores live as long as the Python worker: (app, task, store) -> (store, position).
 _IN_MEMORY: dict[tuple[str, str, str], tuple[BytesStore, int]] = {}
@@ -85,6 +101,7 @@ class TaskStores:
         self.stacks: dict[str, StoreStack] = {}
         self.buffers: dict[str, BatchBufferBytesStore] = {}
         self._had_local_copy: dict[str, bool] = {}
+        self._warned_checkpoint = False  # a corrupt checkpoint is reported once, not per store
         self._log = _log.bind(task=task_id)
 
     # ------------------------------------------------------------------- open
@@ -94,7 +111,7 @@ class TaskStores:
         self._builders[builder.name] = builder  # as the task bound it (serdes, clocks)
         if builder.persistent:
             self._had_local_copy.setdefault(builder.name, self._store_files_exist(builder.name))
-            raw = builder.supplier.get(self.directory)
+            raw = self._open_persistent(builder)
         else:
             raw = self._in_memory(builder)
         buffer = BatchBufferBytesStore(raw)
@@ -102,6 +119,90 @@ class TaskStores:
         stack = builder.build(timestamp_fn=timestamp_fn, inner=buffer)
         self.stacks[builder.name] = stack
         return stack
+
+    def identity(self, builder: StoreBuilder) -> dict[str, object]:
+        """What a persistent store's local copy must hold to be used: written to its identity
+        file when it is created, compared when it is opened again."""
+        supplier = builder.supplier
+        return {
+            "application_id": self.application_id,
+            "task": self.task_id,
+            "store": builder.name,
+            "changelog_topic": self._changelog_topics.get(builder.name),
+            "kind": f"{type(builder).__name__}/{type(supplier).__name__}",
+            "supplier": {
+                key: value
+                for key, value in sorted(vars(supplier).items())
+                if isinstance(value, (str, int, float, bool)) and not key.startswith("_")
+            },
+            "serdes": [_type_name(builder.key_serde), _type_name(builder.value_serde)],
+        }
+
+    def _open_persistent(self, builder: StoreBuilder) -> BytesStore:
+        """Open a persistent store; a foreign or corrupt local copy is wiped first (once)."""
+        name = builder.name
+        path = self.directory / "rocksdb" / name
+        expected = self.identity(builder)
+        if path.exists():
+            identity_file = path / IDENTITY_FILE
+            found = _read_identity(identity_file)
+            if found != expected:
+                why = (
+                    "no identity file: not a store this runtime made for this task"
+                    if found is None
+                    else "it belongs to "
+                    + ", ".join(
+                        f"{key} {found.get(key)!r} (expected {value!r})"
+                        for key, value in expected.items()
+                        if found.get(key) != value
+                    )
+                )
+                self._discard_local_copy(name, identity_file, f"foreign store directory: {why}")
+        try:
+            with self._writing(f"opening store {name!r}"):
+                raw = builder.supplier.get(self.directory)
+        except StoreError as exc:
+            if "Corruption" not in str(exc):
+                raise  # e.g. locked by a live process, or the disk: not the copy's fault
+            damaged = _CORRUPT_FILE.search(str(exc))  # RocksDB names the damaged file
+            self._discard_local_copy(
+                name, Path(damaged.group(1)) if damaged else path, f"corrupt RocksDB store: {exc}"
+            )
+            raw = builder.supplier.get(self.directory)  # a fresh, empty store
+        identity_file = path / IDENTITY_FILE
+        if _read_identity(identity_file) != expected:
+            tmp = identity_file.with_name(IDENTITY_FILE + ".tmp")
+            try:
+                with self._writing(f"writing {identity_file}"):
+                    tmp.write_text(json.dumps(expected, sort_keys=True), encoding="utf-8")
+                    tmp.replace(identity_file)
+            except BaseException:
+                raw.close()
+                raise
+        return raw
+
+    def _discard_local_copy(self, name: str, file: Path, reason: str) -> None:
+        """Delete a store's local copy (before it is opened) and its checkpoint entry: it is
+        restored from its changelog offset 0."""
+        self._log.warning(
+            "corrupt_local_state_wiped",
+            store=name,
+            file=str(file),
+            reason=reason,
+            detail="the store is wiped and restored from its changelog",
+        )
+        shutil.rmtree(self.directory / "rocksdb" / name, ignore_errors=True)
+        self._had_local_copy[name] = False
+        topic = self._changelog_topics.get(name)
+        try:
+            offsets = read_checkpoint(self.checkpoint_path)
+        except StoreError:
+            offsets = None  # reported (once) and removed by local_positions
+        if offsets is not None and topic is not None and (topic, self.partition) in offsets:
+            # a crash before the next commit must not leave a checkpoint vouching for the
+            # empty store
+            del offsets[(topic, self.partition)]
+            write_checkpoint(self.checkpoint_path, offsets)
 
     def _in_memory(self, builder: StoreBuilder) -> BytesStore:
         key = (self.application_id, self.task_id, builder.name)
@@ -115,7 +216,21 @@ class TaskStores:
 
     def local_positions(self) -> dict[str, int | None]:
         """Per logged store, the changelog offset the local copy holds (None: unknown)."""
-        checkpoint = read_checkpoint(self.checkpoint_path)
+        try:
+            checkpoint = read_checkpoint(self.checkpoint_path)
+        except StoreError as exc:
+            # unreadable: every persistent store's position is unknown (wiped and restored)
+            if not self._warned_checkpoint:
+                self._warned_checkpoint = True
+                self._log.warning(
+                    "corrupt_local_state_wiped",
+                    file=str(self.checkpoint_path),
+                    reason=str(exc),
+                    detail="the task's persistent stores are wiped and restored from their "
+                    "changelogs",
+                )
+            delete_checkpoint(self.checkpoint_path)
+            checkpoint = {}
         positions: dict[str, int | None] = {}
         for name, builder in self._builders.items():
             if not self._restorable(name):
@@ -157,7 +272,9 @@ class TaskStores:
                 continue
             if position is None or position > target:
                 reason = "unknown local position" if position is None else "local copy ahead"
-                self._log.warning(
+                # routine (a task that moved, a stale copy): info; a corrupt checkpoint was
+                # warned about once already
+                self._log.info(
                     "store_wipe",
                     store=name,
                     local_offset=position,
@@ -225,8 +342,9 @@ class TaskStores:
                 listener.on_batch_restored(topic_partition, name, next_offset, records)
 
             options["on_batch"] = on_batch
-        count = reader(topic, self.partition, start, end, apply, **options)
-        raw.flush()
+        with self._writing(f"restoring store {name!r}"):
+            count = reader(topic, self.partition, start, end, apply, **options)
+            raw.flush()
         if listener is not None:
             listener.on_restore_end(topic_partition, name, count)
         duration = time.monotonic() - started
@@ -257,7 +375,8 @@ class TaskStores:
         """
         delete_checkpoint(self.checkpoint_path)
         self._set_in_memory_positions(-1)
-        written = sum(buffer.commit() for buffer in self.buffers.values())
+        with self._writing("applying the batch's writes"):
+            written = sum(buffer.commit() for buffer in self.buffers.values())
         offsets = {}
         for name, position in positions.items():
             builder = self._builders.get(name)
@@ -267,8 +386,24 @@ class TaskStores:
                 offsets[(self._changelog_topics[name], self.partition)] = position
             else:
                 self._set_in_memory_position(name, position)
-        write_checkpoint(self.checkpoint_path, offsets)
+        with self._writing("writing the checkpoint"):
+            write_checkpoint(self.checkpoint_path, offsets)
         return written
+
+    @contextlib.contextmanager
+    def _writing(self, action: str) -> Iterator[None]:
+        """A full disk under the state directory becomes an error naming the directory."""
+        try:
+            yield
+        except Exception as exc:
+            if not _disk_full(exc):
+                raise
+            raise StoreError(
+                f"task {self.task_id}: no space left on the device of state directory "
+                f"{self.directory} while {action} ({exc}); free space there or use another "
+                "state directory: the task resumes from its changelogs once it can write, and "
+                "no checkpoint claims what the store did not get"
+            ) from exc
 
     def discard(self) -> int:
         """Drop the batch's buffered writes (the batch failed); returns how many."""
@@ -286,9 +421,34 @@ class TaskStores:
         """
         for name, buffer in self.buffers.items():
             if self._builders[name].persistent:
-                buffer.close()
+                try:
+                    buffer.close()
+                except Exception as exc:  # noqa: BLE001 - e.g. a full disk; keep closing
+                    # only the checkpoint vouches for a local copy: nothing to lose here
+                    self._log.warning("store_close_failed", store=name, error=str(exc))
             else:
                 buffer.discard()
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (an OSError, or RocksDB's IO error text) says the device is full."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc)
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _read_identity(path: Path) -> dict[str, object] | None:
+    """A store's identity file, or None when it is missing or unreadable."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def wipe_application_state(state_dir: str | os.PathLike[str], application_id: str) -> int:

@@ -4,8 +4,9 @@ A :class:`StoreSelection` is one key, an inclusive key range, a key prefix, or e
 is applied with the store's own typed API, so the entries come out as a processor would see
 them: ``KeyValue(key, value)`` for key-value stores (``ValueAndTimestamp`` values for
 timestamped ones), ``KeyValue(Windowed(key, TimeWindow | SessionWindow), value)`` for window
-and session stores, ``KeyValue(key, VersionedRecord)`` (the latest version) for versioned
-stores, which can only be read one key at a time (as Kafka Streams' ``VersionedKeyQuery``).
+and session stores, ``KeyValue(key, VersionedRecord)`` for versioned stores: the latest
+version, or the one valid at ``as_of``, one key at a time (as Kafka Streams'
+``VersionedKeyQuery``, ``asOf`` included).
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ READABLE_KINDS = KEY_VALUE_KINDS + WINDOW_KINDS + SESSION_KINDS + VERSIONED_KIND
 @dataclass(frozen=True)
 class StoreSelection:
     """Which entries to read: ``key``, or ``key_from``..``key_to`` (inclusive, either side may
-    stay open), or ``prefix`` (key-value stores), or everything (nothing set)."""
+    stay open), or ``prefix`` (key-value stores), or everything (nothing set). ``as_of``
+    (epoch ms, versioned stores, with ``key``) reads the version valid at that time."""
 
     key: Any = None
     key_from: Any = None
     key_to: Any = None
     prefix: Any = None
+    as_of: int | None = None
 
     def __post_init__(self) -> None:
         ranged = self.key_from is not None or self.key_to is not None
@@ -49,6 +52,8 @@ class StoreSelection:
         ]
         if len(chosen) > 1:
             raise StoreError(f"select one of key, key range or prefix; got {' and '.join(chosen)}")
+        if self.as_of is not None and (isinstance(self.as_of, bool) or self.as_of < 0):
+            raise StoreError(f"as_of must be a timestamp in epoch ms >= 0, got {self.as_of!r}")
 
     @property
     def everything(self) -> bool:
@@ -56,25 +61,42 @@ class StoreSelection:
         return self == StoreSelection()
 
 
-def select(kind: str, store: Any, name: str, selection: StoreSelection) -> Iterator[KeyValue]:
-    """The entries of the typed ``store`` (of kind ``kind``, named ``name``) ``selection`` picks."""
-    if kind in KEY_VALUE_KINDS:
-        return _key_value(store, selection)
-    if kind in WINDOW_KINDS:
-        return _windowed(store, name, selection, "window")
-    if kind in SESSION_KINDS:
-        return _windowed(store, name, selection, "session")
+def check_selection(kind: str, name: str, selection: StoreSelection) -> None:
+    """Raise ``StoreError`` if ``selection`` cannot read store ``name`` of kind ``kind``."""
+    if kind not in READABLE_KINDS:
+        raise StoreError(
+            f"state store {name!r} is of kind {kind!r}, which cannot be read outside the "
+            f"application (readable kinds: {', '.join(READABLE_KINDS)})"
+        )
     if kind in VERSIONED_KINDS:
         if selection.key is None:
             raise StoreError(
                 f"state store {name!r} is a versioned store: it can only be read one key at a "
-                "time (give a key)"
+                "time (give a key, and as_of for the version valid at a time)"
             )
-        return _one(selection.key, store.get(selection.key))
-    raise StoreError(
-        f"state store {name!r} is of kind {kind!r}, which cannot be read outside the "
-        f"application (readable kinds: {', '.join(READABLE_KINDS)})"
-    )
+        return
+    if selection.as_of is not None:
+        raise StoreError(
+            f"state store {name!r} is a {kind} store: as_of reads versioned stores only"
+        )
+    if selection.prefix is not None and kind not in KEY_VALUE_KINDS:
+        what = "session" if kind in SESSION_KINDS else "window"
+        raise StoreError(
+            f"state store {name!r} is a {what} store: a prefix selects key-value stores only "
+            "(give a key or a key range)"
+        )
+
+
+def select(kind: str, store: Any, name: str, selection: StoreSelection) -> Iterator[KeyValue]:
+    """The entries of the typed ``store`` (of kind ``kind``, named ``name``) ``selection`` picks."""
+    check_selection(kind, name, selection)
+    if kind in KEY_VALUE_KINDS:
+        return _key_value(store, selection)
+    if kind in WINDOW_KINDS:
+        return _windowed(store, selection, "window")
+    if kind in SESSION_KINDS:
+        return _windowed(store, selection, "session")
+    return _one(selection.key, store.get(selection.key, selection.as_of))
 
 
 def _one(key: Any, value: Any) -> Iterator[KeyValue]:
@@ -99,12 +121,7 @@ def _key_value(store: Any, selection: StoreSelection) -> Iterator[KeyValue]:
     return _drain(store.range(selection.key_from, selection.key_to))
 
 
-def _windowed(store: Any, name: str, selection: StoreSelection, what: str) -> Iterator[KeyValue]:
-    if selection.prefix is not None:
-        raise StoreError(
-            f"state store {name!r} is a {what} store: a prefix selects key-value stores only "
-            "(give a key or a key range)"
-        )
+def _windowed(store: Any, selection: StoreSelection, what: str) -> Iterator[KeyValue]:
     if selection.key is not None:
         lo = hi = selection.key
     else:

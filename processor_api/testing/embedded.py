@@ -6,8 +6,13 @@ broker answers a Kafka metadata request. ``stop()`` terminates only that process
 then SIGKILL after a timeout) and removes the temp dir. Storage is memory only: a restarted broker
 has no topics.
 
-Deviations of this Tansu build from Apache Kafka are listed in DESIGN.md section 5 and in
-:mod:`processor_api.kafka.offsets`.
+Deviations of this Tansu build from Apache Kafka (listed in the README, "A broker for local
+development"): memory-only storage; ListOffsets(latest) answers the last record batch's base
+offset + 1 (:mod:`processor_api.kafka.offsets` works around it); no aborted-transaction list
+in Fetch responses, so ``read_committed`` readers see aborted records; topics auto-created by
+metadata requests; only explicitly set configs in DescribeConfigs; a new group's first
+JoinGroup answered after about half the session timeout. ``processor-api broker``
+(:mod:`processor_api.broker_cli`) runs one in the foreground.
 """
 
 from __future__ import annotations
@@ -193,7 +198,7 @@ class EmbeddedKafka:
             except _PortInUseError:
                 if attempt == attempts:
                     raise
-                _log.warning("embedded_kafka_port_taken", port=port, attempt=attempt)
+                _log.info("embedded_kafka_port_taken", port=port, attempt=attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _launch(self, binary: str, port: int) -> None:

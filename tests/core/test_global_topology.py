@@ -135,6 +135,8 @@ def test_global_store_arguments_are_checked():
     with pytest.raises(TopologyError, match="not an instance"):
         Topology().add_global_store(kv("g"), "s", None, None, "t", "p", Noop())
     with pytest.raises(TopologyError, match="source 's': the key deserializer must be a Serde"):
+        Topology().add_global_store(kv("g"), "s", "t", "p", Noop, key_serde="utf-8")
+    with pytest.raises(TypeError, match="topic 'utf-8' is followed by None, not a processor"):
         Topology().add_global_store(kv("g"), "s", "utf-8", None, "t", "p", Noop)
     with pytest.raises(TopologyError, match="invalid topic name ''"):
         Topology().add_global_store(kv("g"), "s", None, None, "", "p", Noop)
@@ -191,3 +193,47 @@ def test_same_builder_added_again_connects_more_processors():
     assert top.nodes["b"].stores == ["counts"]
     with pytest.raises(TopologyError, match="a different state store builder named 'counts'"):
         top.add_state_store(kv("counts", logging=True), "b")
+
+
+class Tag(Processor):
+    def process(self, record):
+        pass
+
+
+@pytest.mark.parametrize("method", ["add_global_store", "add_read_only_state_store"])
+def test_serdes_by_keyword_and_kafka_streams_positional_order_build_the_same_nodes(method):
+    def extractor(record, partition_time):
+        return 1
+
+    S, L = Serdes.string(), Serdes.long()
+    by_keyword = getattr(Topology(), method)(
+        kv("g"), "src", "topic", "proc", Tag, key_serde=S, value_serde=L,
+        timestamp_extractor=extractor,
+    )  # fmt: skip
+    design_positional = getattr(Topology(), method)(
+        kv("g"), "src", "topic", "proc", Tag, S, L, extractor
+    )
+    kafka_streams = getattr(Topology(), method)(
+        kv("g"), "src", S, L, "topic", "proc", Tag, timestamp_extractor=extractor
+    )
+    for top in (by_keyword, design_positional, kafka_streams):
+        source = top.source_node_for_topic("topic")
+        assert (source.name, source.topics) == ("src", ("topic",))
+        assert source.key_serde is S and source.value_serde is L
+        assert source.timestamp_extractor is extractor
+        assert str(top.describe()) == str(by_keyword.describe())
+    bytes_default = getattr(Topology(), method)(kv("g"), "src", "topic", "proc", Tag)
+    ks_none = getattr(Topology(), method)(kv("g"), "src", None, None, "topic", "proc", Tag)
+    for top in (bytes_default, ks_none):
+        source = top.source_node_for_topic("topic")
+        assert source.key_serde.deserialize(b"\x01") == b"\x01"
+
+
+@pytest.mark.parametrize("method", ["add_global_store", "add_read_only_state_store"])
+def test_an_argument_list_of_neither_order_is_a_type_error_naming_both(method):
+    with pytest.raises(TypeError, match=f"{method} takes .* or Kafka Streams' order"):
+        getattr(Topology(), method)(kv("g"), "src", None, None, "topic", Tag)
+    with pytest.raises(TypeError, match="multiple values"):
+        getattr(Topology(), method)(
+            kv("g"), "src", Serdes.string(), None, "topic", "proc", Tag, key_serde=None
+        )

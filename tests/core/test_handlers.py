@@ -1,4 +1,4 @@
-"""Pluggable exception handlers (issue 15): ``module:callable`` handlers with typed responses
+"""Pluggable exception handlers: ``module:callable`` handlers with typed responses
 (KIP-1033/KIP-1034), the production handler for sink serialization errors and for the
 runtime's delivery errors, and the rollback of a skipped record's store writes."""
 

@@ -1,4 +1,4 @@
-"""Input order across co-partitioned topics (issue 11): the smallest *extracted* timestamp
+"""Input order across co-partitioned topics: the smallest *extracted* timestamp
 goes first, as in Kafka Streams' PartitionGroup, whose queues stamp their head record with the
 source's timestamp extractor. The ordering cases of Kafka Streams' PartitionGroupTest that
 apply to a task fed whole batches are reproduced with an extractor that reads the timestamp

@@ -212,3 +212,24 @@ def test_bad_max_task_idle_ms_is_refused(value, message):
 def test_max_task_idle_ms_from_the_command_line_is_a_string():
     assert StreamsConfig.from_dict({"max.task.idle.ms": "250"}).max_task_idle_ms == 250
     assert StreamsConfig().max_task_idle_ms == 0
+
+
+def test_enforced_processing_logs_one_info_line_a_minute_and_the_rest_at_debug():
+    with TopologyTestDriver(topology()) as driver:
+        a, b = driver.create_input_topic("a"), driver.create_input_topic("b")
+        with capture_logs() as logs:
+            for n in range(400):  # "b" gets a record now and then, "a" runs ahead of it
+                b.pipe_input("k", f"b{n}", timestamp=2 * n)
+                a.pipe_input("k", f"a{n}", timestamp=2 * n + 1)
+            driver.advance_wall_clock_time(60_000)
+            b.pipe_input("k", "b-later", timestamp=1000)
+            a.pipe_input("k", "a-later", timestamp=1001)
+        enforced = events(logs, "enforced_processing")
+        info = [e for e in enforced if e["log_level"] == "info"]
+        debug = [e for e in enforced if e["log_level"] == "debug"]
+        assert len(info) == 2, [e["log_level"] for e in enforced]
+        assert len(debug) >= 390  # nearly every record of "a" went on without "b"
+        assert info[0]["enforced_since_last_info"] == 0
+        between = enforced.index(info[1]) - enforced.index(info[0]) - 1
+        assert info[1]["enforced_since_last_info"] == between >= 390
+        assert info[1]["now"] - info[0]["now"] >= 60_000

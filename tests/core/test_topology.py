@@ -145,3 +145,59 @@ def test_describe_orders_nodes_by_subtree_size_then_name():
     text = str(top.describe())
     assert text.index("Processor: b") < text.index("Processor: a") < text.index("Processor: c")
     assert "      --> b, a\n" in text
+
+
+ILLEGAL_TOPICS = [
+    ("", "non-empty"),
+    (".", "cannot be '.' or '..'"),
+    ("..", "cannot be '.' or '..'"),
+    ("x" * 250, "at most 249 characters long, this one has 250"),
+    ("session summaries/v1!", "only ASCII letters, digits, '.', '_' and '-', not ' !/'"),
+    ("tópico", "not 'ó'"),
+]
+
+
+@pytest.mark.parametrize(("topic", "rule"), ILLEGAL_TOPICS)
+def test_topic_names_kafka_refuses_are_refused_naming_the_node_and_the_rule(topic, rule):
+    kv = Stores.key_value_store_builder(
+        Stores.in_memory_key_value_store("g"), Serdes.string(), Serdes.long()
+    ).with_logging_disabled()
+    attempts = {
+        "source 'src'": lambda: Topology().add_source("src", "ok", topic),
+        "sink 'out'": lambda: Topology().add_source("s", "t").add_sink("out", topic, "s"),
+        "source 'gsrc'": lambda: Topology().add_global_store(kv, "gsrc", topic, "gp", Noop),
+        "source 'rsrc'": lambda: Topology().add_read_only_state_store(
+            kv, "rsrc", topic, "rp", Noop
+        ),
+    }
+    for node, attempt in attempts.items():
+        with pytest.raises(TopologyError) as caught:
+            attempt()
+        message = str(caught.value)
+        assert message.startswith(f"{node}: invalid topic name {topic!r}: "), message
+        assert rule in message
+
+
+def test_legal_topic_names_at_the_limits_are_accepted():
+    names = ["x" * 249, "a.b_c-D9", "...", "_", "-"]
+    top = Topology().add_source("s", *names)
+    top.add_sink("out", "y" * 249, "s")
+    assert sorted(top.source_topics()) == sorted(names)
+
+
+def test_a_topic_extractors_illegal_result_fails_the_record_naming_the_sink_and_rule():
+    from processor_api.errors import ProcessingError
+    from processor_api.testing import TopologyTestDriver
+
+    top = (
+        Topology()
+        .add_source("s", "in", key_serde=Serdes.string(), value_serde=Serdes.string())
+        .add_sink("out", lambda record: f"summaries {record.value}", "s")
+    )
+    with TopologyTestDriver(top) as driver:
+        with pytest.raises(ProcessingError) as caught:
+            driver.create_input_topic("in").pipe_input("k", "v1")
+    message = str(caught.value)
+    assert "topic extractor of sink 'out' returned 'summaries v1'" in message
+    assert "may contain only ASCII letters, digits, '.', '_' and '-', not ' '" in message
+    assert "processor=out" in message and "offset=0" in message

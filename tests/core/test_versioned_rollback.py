@@ -1,4 +1,4 @@
-"""The rollback of a skipped record's writes to a versioned store (issue 15, "Handlers").
+"""The rollback of a skipped record's writes to a versioned store.
 
 A record the processing exception handler skips (``log_and_continue``, or a user handler
 answering resume) leaves a versioned store as a run that never saw it: the latest value, the

@@ -1,4 +1,4 @@
-"""Crash scenarios (issue 4): seed 000's sales aggregation under ``run-topology
+"""Crash scenarios: seed 000's sales aggregation under ``run-topology
 --available-now``, killed with ``kill -9`` (the whole process tree) at well-defined moments and
 restarted, then compared with the reference fold (:mod:`tests.harness.folds`).
 

@@ -61,14 +61,9 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _task_hosts_of(daemons: set[int]) -> list[int]:
-    """Task hosts started under one of the pyspark ``daemons`` (their last-but-one argument).
-
-    A host runs in its own session and outlives the worker that started it, so once that
-    worker exited it is no descendant of the CLI any more; it stops by itself only when it
-    sees its daemon gone (within ``task_host.WATCH_INTERVAL_S``), time enough to finish and
-    commit the batch a crash should have cut off.
-    """
+def _task_host_argvs() -> list[tuple[int, list[str]]]:
+    """``(pid, argv)`` of every task host process (``python -m ...task_host NAME TASK_DIR
+    DAEMON_PID LOG_FORMAT``)."""
     hosts = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -78,11 +73,37 @@ def _task_hosts_of(daemons: set[int]) -> list[int]:
                 argv = handle.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "processor_api.spark.task_host" in argv and len(argv) >= 7:
-            with contextlib.suppress(ValueError):
-                if int(argv[-3]) in daemons:
-                    hosts.append(int(entry))
+        if "processor_api.runtime.task_host" in argv and len(argv) >= 7:
+            hosts.append((int(entry), argv))
     return hosts
+
+
+def _task_hosts_of(daemons: set[int]) -> list[int]:
+    """Task hosts started under one of the pyspark ``daemons`` (their last-but-one argument).
+
+    A host runs in its own session and outlives the worker that started it, so once that
+    worker exited it is no descendant of the CLI any more; it stops by itself only when it
+    sees its daemon gone (within ``task_host.WATCH_INTERVAL_S``), time enough to finish and
+    commit the batch a crash should have cut off.
+    """
+    hosts = []
+    for pid, argv in _task_host_argvs():
+        with contextlib.suppress(ValueError):
+            if int(argv[-3]) in daemons:
+                hosts.append(pid)
+    return hosts
+
+
+def task_host_workers(application_id: str) -> list[int]:
+    """The pyspark worker processes of the daemons whose task hosts serve
+    ``application_id`` (its task directories are ``<state>/<application_id>/<task>``)."""
+    daemons = set()
+    for _, argv in _task_host_argvs():
+        if f"/{application_id}/" in argv[-4] + "/":
+            with contextlib.suppress(ValueError):
+                daemons.add(int(argv[-3]))
+    table = _proc_table()
+    return [pid for pid, (parent, _) in table.items() if parent in daemons]
 
 
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> set[int]:

@@ -78,8 +78,9 @@ def settings_for(bootstrap: str, app_id: str, state_dir: Path, **overrides: Any)
         "bootstrap_servers": bootstrap,
         "application_id": app_id,
         "state_dir": str(state_dir),
-        "trigger_interval_s": 0.5,
         "log_format": "console",
     }
+    if not overrides.get("epochs"):
+        values["trigger_interval_s"] = 0.5  # micro-batches: a short trigger
     values.update(overrides)
     return RunSettings(**values)

@@ -1,4 +1,4 @@
-"""Bad input and bad setup give clear errors (issue 3, item 6): ``run-topology`` in a
+"""Bad input and bad setup give clear errors: ``run-topology`` in a
 subprocess, checking its exit status and what it prints on stderr."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""click_sessions on Spark (issue 12, item 6): the window store and the last emitted close time
+"""click_sessions on Spark: the window store and the last emitted close time
 restored after the local state is lost; every closed window emitted exactly once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two executor processes (issue 3, item 5): word count on ``local-cluster[2,1,1024]`` through
+"""Two executor processes: word count on ``local-cluster[2,1,1024]`` through
 ``run-topology`` gives the same result as on local Spark.
 
 ``local-cluster`` starts a standalone master and two workers inside the driver JVM; each worker

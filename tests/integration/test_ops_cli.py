@@ -1,4 +1,4 @@
-"""Issue 15 on a real broker and local Spark: what ``run-topology`` prints, and the Kafka
+"""On a real broker and local Spark: what ``run-topology`` prints, and the Kafka
 client settings on real clients. ``run-topology`` runs in a subprocess (``run_cli``)."""
 
 from __future__ import annotations

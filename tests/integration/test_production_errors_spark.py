@@ -1,4 +1,4 @@
-"""Issue 15, handlers: a record the producer refuses at send time (larger than the producer's
+"""A record the producer refuses at send time (larger than the producer's
 ``message.max.bytes``) goes to the production exception handler on Spark, as in Kafka
 Streams: ``log_and_continue`` drops it and the run goes on, ``log_and_fail`` fails the run
 naming the sink and the input record's coordinates."""

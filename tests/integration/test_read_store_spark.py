@@ -1,4 +1,4 @@
-"""Issue 13 part 1: a store's committed state read from Kafka, without the application.
+"""A store's committed state read from Kafka, without the application.
 
 On the embedded broker and the shared local SparkSession. A stopped exactly-once run of the
 ledger topology (``read_store_topologies``) is read through ``processor_api.read_store``, the

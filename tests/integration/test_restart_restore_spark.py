@@ -1,4 +1,4 @@
-"""Restarts (issue 3, item 3): a restart reuses the local stores (checkpoint), and a restart
+"""Restarts: a restart reuses the local stores (checkpoint), and a restart
 without local stores restores them from the changelog topics."""
 
 from __future__ import annotations

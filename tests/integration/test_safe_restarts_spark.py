@@ -1,4 +1,4 @@
-"""Safe restarts (issue 15, item 1): the application's progress lives in Kafka as well as in
+"""Safe restarts: the application's progress lives in Kafka as well as in
 the Spark checkpoint, so deleting the state dir (with the checkpoint inside it, the default)
 or the checkpoint alone never changes a result, and a consumer group that disagrees with the
 checkpoint stops the run with an error that says how to reset.

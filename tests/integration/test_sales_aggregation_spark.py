@@ -1,4 +1,4 @@
-"""Seed 000 (issue 3, item 1): the five sales events through local Spark and a real broker."""
+"""Seed 000: the five sales events through local Spark and a real broker."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every persistent store kind (key-value, timestamped, window, session, versioned) is restored
-from its changelog on Spark after the state directory is lost (issue 12, item 5).
+from its changelog on Spark after the state directory is lost.
 
 One topology holds a processor per kind, all fed the same records; each forwards what its
 store says after the record (running total, total@newest timestamp, the key's windows of the

@@ -1,5 +1,5 @@
-"""A task lives across micro-batches on Spark, as a Kafka Streams task lives across polls
-(issue 11): ``init()`` runs once per task lifetime however many micro-batches there are, again
+"""A task lives across micro-batches on Spark, as a Kafka Streams task lives across polls:
+``init()`` runs once per task lifetime however many micro-batches there are, again
 only when the task is rebuilt (here: the state dir deleted between two runs), and the
 schedules it registers resume their persisted due times: no punctuation skipped or repeated.
 """
@@ -33,7 +33,7 @@ def _records(first: int, count: int) -> list[tuple[bytes, bytes, int]]:
 
 
 def _expected_ticks(timestamps: list[int]) -> list[int]:
-    """Stream-time punctuation of one task (Kafka Streams' rule, see DESIGN section 4)."""
+    """Stream-time punctuation of one task (Kafka Streams' rule)."""
     due, stream_time, fired = 0, -1, []
     for timestamp in timestamps:
         stream_time = max(stream_time, timestamp)

@@ -1,4 +1,4 @@
-"""Time semantics on Spark (issue 13, part 2): waiting for a lagging input
+"""Time semantics on Spark: waiting for a lagging input
 (``max.task.idle.ms``) and stream time that advances on an idle input
 (``stream.time.idle.advance.ms``)."""
 

@@ -1,5 +1,5 @@
 """On Spark, a record skipped under ``log_and_continue`` leaves a versioned store as it was,
-and so does a restore from its changelog (issue 15, "Handlers").
+and so does a restore from its changelog.
 
 Run 1 processes records whose failing ones write versions (a newer latest, older history, a
 tombstone, a version far ahead in stream time) before they raise; the state directory is then

@@ -1,4 +1,4 @@
-"""Wall-clock punctuation without input (issue 3, item 4): the processing-time timeout of
+"""Wall-clock punctuation without input: the processing-time timeout of
 ``applyInPandasWithState`` must wake a task whose partition never gets a record."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Word count (issue 3, item 2): two sub-topologies joined by a repartition topic, on Spark.
+"""Word count: two sub-topologies joined by a repartition topic, on Spark.
 
 The run itself is the session fixture ``word_count_local`` (``tests/integration/conftest.py``,
 built by ``tests.harness.word_count``): 9 lines on a 3-partition input topic, continuous run on

@@ -335,3 +335,48 @@ def build_word_count_failing_once(
         output_topic=output_topic,
         split_supplier=lambda: SplitThenFailOnce(flag_path),
     )
+
+
+class QuoteKeeper(Processor):
+    """Keeps every quote of a symbol as a version valid from the quote's timestamp."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.quotes = context.get_state_store("quotes")
+
+    def process(self, record: Record) -> None:
+        self.quotes.put(record.key, record.value, record.timestamp)
+
+
+class TradeEnricher(Processor):
+    """Forwards each trade with the quote of its symbol valid at the trade's timestamp."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.quotes = context.get_state_store("quotes")
+
+    def process(self, record: Record) -> None:
+        quote = self.quotes.get(record.key, record.timestamp)
+        price = "none" if quote is None else f"{quote.value}@{quote.timestamp}"
+        self.context.forward(record.with_value(f"{record.value}:{price}"))
+
+
+def build_trade_enrichment(
+    trades_topic: str = "trades", quotes_topic: str = "quotes", output_topic: str = "enriched"
+) -> Topology:
+    """Trades joined with the quote valid at their timestamp (co-partitioned inputs, one
+    versioned store): the answer depends on processing both inputs in timestamp order."""
+    string = Serdes.string()
+    supplier = Stores.persistent_versioned_key_value_store("quotes", history_retention=86_400_000)
+    return (
+        Topology()
+        .add_source("trades", trades_topic, key_serde=string, value_serde=string)
+        .add_source("quotes", quotes_topic, key_serde=string, value_serde=string)
+        .add_processor("keep-quote", QuoteKeeper, "quotes")
+        .add_processor("enrich", TradeEnricher, "trades")
+        .add_state_store(
+            Stores.versioned_key_value_store_builder(supplier, string, string),
+            "keep-quote",
+            "enrich",
+        )
+        .add_sink("out", output_topic, "enrich", key_serde=string, value_serde=string)
+    )

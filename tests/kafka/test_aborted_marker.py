@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from structlog.testing import capture_logs
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.producer import DeliveryTracker
 from processor_api.kafka.transactions import aborted_by_group
-from processor_api.spark.guarantee import CommitLog
+from processor_api.runtime.guarantee import CommitLog
 from tests.harness.topics import uid
 
 TASK = "0_1"
@@ -62,15 +63,21 @@ def app(kafka):
     return kafka.bootstrap_servers, name
 
 
+@pytest.mark.integration
 def test_the_marker_of_an_aborted_transaction_is_passed_over(app):
     bootstrap, name = app
     task = _Task(bootstrap, name)
     try:
         task.batch(5, commit=True)
         task.batch(9, commit=False)  # a kill after the marker was sent, before the commit
-        recovered = task.log.newer(TaskMetadata())
+        with capture_logs() as logs:
+            recovered = task.log.newer(TaskMetadata())
         assert recovered.commit.sequence == 1
         assert recovered.input_positions == {task.input: 5}
+        # routine recovery, nothing for a person to do: info, not warning
+        levels = {e["event"]: e["log_level"] for e in logs}
+        assert levels["aborted_batch_marker_ignored"] == "info"
+        assert levels["committed_batch_adopted"] == "info"
         # the batch done again, committed this time: adopted
         task.batch(9, commit=True)
         recovered = task.log.newer(TaskMetadata())
@@ -79,6 +86,7 @@ def test_the_marker_of_an_aborted_transaction_is_passed_over(app):
         task.close()
 
 
+@pytest.mark.integration
 def test_a_first_batch_that_aborted_leaves_nothing_to_adopt(app):
     bootstrap, name = app
     task = _Task(bootstrap, name)
@@ -89,6 +97,7 @@ def test_a_first_batch_that_aborted_leaves_nothing_to_adopt(app):
         task.close()
 
 
+@pytest.mark.integration
 def test_at_least_once_markers_are_adopted_as_they_are(app):
     """No transaction: the marker is durable once acknowledged, the group commit follows."""
     bootstrap, name = app

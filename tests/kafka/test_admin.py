@@ -22,6 +22,7 @@ def _all_topics(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics)
 
 
+@pytest.mark.integration
 def test_check_broker_returns_metadata(kafka):
     metadata = check_broker(kafka.bootstrap_servers)
     assert len(metadata.brokers) == 1
@@ -35,6 +36,7 @@ def test_check_broker_on_closed_port_fails_fast_naming_the_address():
     assert time.monotonic() - started < 4
 
 
+@pytest.mark.integration
 def test_topic_partitions_counts(kafka):
     a, b = uid("adm-a"), uid("adm-b")
     kafka.create_topic(a, 3)
@@ -42,6 +44,7 @@ def test_topic_partitions_counts(kafka):
     assert topic_partitions(kafka.bootstrap_servers, [a, b]) == {a: 3, b: 1}
 
 
+@pytest.mark.integration
 def test_topic_partitions_names_missing_topics_without_creating_them(kafka):
     present, missing1, missing2 = uid("adm-p"), uid("adm-m1"), uid("adm-m2")
     kafka.create_topic(present, 2)
@@ -53,6 +56,7 @@ def test_topic_partitions_names_missing_topics_without_creating_them(kafka):
     assert not {missing1, missing2} & _all_topics(kafka.bootstrap_servers)
 
 
+@pytest.mark.integration
 def test_ensure_topics_creates_compacted_changelogs_and_is_idempotent(kafka):
     changelog, plain = uid("app-store-changelog"), uid("adm-plain")
     specs = [(changelog, 4, {"cleanup.policy": "compact"}), TopicSpec(plain, 2)]
@@ -71,6 +75,7 @@ def test_ensure_topics_creates_compacted_changelogs_and_is_idempotent(kafka):
     assert ensure_topics(kafka.bootstrap_servers, specs) == []  # second time: nothing to do
 
 
+@pytest.mark.integration
 def test_ensure_topics_creates_only_the_missing_ones(kafka):
     existing, new = uid("adm-old"), uid("adm-new")
     kafka.create_topic(existing, 3)
@@ -78,6 +83,7 @@ def test_ensure_topics_creates_only_the_missing_ones(kafka):
     assert topic_partitions(kafka.bootstrap_servers, [new]) == {new: 1}
 
 
+@pytest.mark.integration
 def test_ensure_topics_rejects_a_partition_count_mismatch(kafka):
     name = uid("adm-mismatch")
     kafka.create_topic(name, 2)

@@ -19,7 +19,7 @@ from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import STAMP_HEADER, BatchStamp, CommittedBatches
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.transactions import marker_value
-from processor_api.spark.input_records import drop_aborted
+from processor_api.runtime.input_records import drop_aborted
 from tests.harness.topics import uid
 
 TASKS = {"0_0": 0, "0_1": 1}
@@ -67,6 +67,7 @@ def markers(kafka):
     return kafka.bootstrap_servers, topic
 
 
+@pytest.mark.integration
 def test_committed_writer_kept_aborted_attempts_dropped(markers):
     bootstrap, topic = markers
     upstream = _Markers(bootstrap, topic, "0_1")
@@ -104,6 +105,7 @@ class _SeesOpenTransaction(CommittedBatches):
         return settled
 
 
+@pytest.mark.integration
 def test_a_marker_still_in_an_open_transaction_is_waited_for(markers):
     """The commit can reach the repartition partition before the marker partition: a stamp
     past the latest visible marker waits while the marker partition has an open transaction."""
@@ -125,6 +127,7 @@ def test_a_marker_still_in_an_open_transaction_is_waited_for(markers):
         batches.close()
 
 
+@pytest.mark.integration
 def test_drop_aborted_strips_the_stamp_and_counts_what_it_dropped(markers):
     bootstrap, topic = markers
     upstream = _Markers(bootstrap, topic, "0_1")
@@ -156,6 +159,7 @@ def test_a_malformed_stamp_names_the_record():
         drop_aborted([bad], frozenset({"t-repartition"}), None)
 
 
+@pytest.mark.integration
 def test_a_stamp_of_an_unknown_task_is_an_error_naming_it(markers):
     bootstrap, topic = markers
     batches = CommittedBatches(bootstrap, topic, TASKS)

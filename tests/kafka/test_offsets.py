@@ -28,6 +28,7 @@ def _raw_list_offsets_latest(bootstrap: str, topic: str, partition: int) -> int:
     return future.result().offset
 
 
+@pytest.mark.integration
 def test_tansu_list_offsets_reports_last_batch_base_plus_one(kafka):
     """Documents the deviation the workaround exists for (fails once Tansu is fixed)."""
     topic = uid("off-dev")
@@ -37,6 +38,7 @@ def test_tansu_list_offsets_reports_last_batch_base_plus_one(kafka):
     assert end_offsets(kafka.bootstrap_servers, [(topic, 0)]) == {(topic, 0): 15}
 
 
+@pytest.mark.integration
 def test_end_offsets_of_several_partitions_and_batch_layouts(kafka):
     topic = uid("off-multi")
     kafka.create_topic(topic, 4)
@@ -53,6 +55,7 @@ def test_end_offsets_of_several_partitions_and_batch_layouts(kafka):
     assert beginning_offsets(kafka.bootstrap_servers, partitions) == dict.fromkeys(partitions, 0)
 
 
+@pytest.mark.integration
 def test_end_offsets_accepts_topic_partitions_and_a_config_dict(kafka):
     topic = uid("off-cfg")
     kafka.create_topic(topic, 2)
@@ -65,6 +68,7 @@ def test_end_offsets_accepts_topic_partitions_and_a_config_dict(kafka):
     assert list(result) == [(topic, 1), (topic, 0)]  # in the order asked
 
 
+@pytest.mark.integration
 def test_end_offsets_follow_new_records(kafka):
     topic = uid("off-grow")
     kafka.create_topic(topic, 1)
@@ -74,6 +78,7 @@ def test_end_offsets_follow_new_records(kafka):
     assert end_offsets(kafka.bootstrap_servers, [(topic, 0)]) == {(topic, 0): 12}
 
 
+@pytest.mark.integration
 def test_read_committed_end_stops_at_an_open_transaction(kafka):
     topic = uid("off-txn")
     kafka.create_topic(topic, 1)
@@ -98,6 +103,7 @@ def test_read_committed_end_stops_at_an_open_transaction(kafka):
     assert end_offsets(kafka.bootstrap_servers, [key], isolation_level="read_committed") == {key: 8}
 
 
+@pytest.mark.integration
 def test_many_partitions_in_bounded_time(kafka):
     topic = uid("off-many")
     kafka.create_topic(topic, 48)
@@ -112,6 +118,7 @@ def test_many_partitions_in_bounded_time(kafka):
     assert result == dict.fromkeys(partitions, 20)
 
 
+@pytest.mark.integration
 def test_missing_topic_or_partition_is_named_and_not_created(kafka):
     topic, missing = uid("off-present"), uid("off-missing")
     kafka.create_topic(topic, 2)
@@ -125,6 +132,7 @@ def test_missing_topic_or_partition_is_named_and_not_created(kafka):
     assert missing not in topics.topics
 
 
+@pytest.mark.integration
 def test_unknown_isolation_level_is_rejected(kafka):
     with pytest.raises(StreamsError, match="read_commited"):
         end_offsets(kafka.bootstrap_servers, [("t", 0)], isolation_level="read_commited")

@@ -46,6 +46,7 @@ def test_default_partition():
         default_partition(b"k", 0)
 
 
+@pytest.mark.integration
 def test_librdkafka_murmur2_random_puts_keys_where_java_would(kafka):
     topic = uid("part")
     partitions = 7

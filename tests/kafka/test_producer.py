@@ -22,6 +22,7 @@ def _read(bootstrap: str, topic: str, partition: int, isolation: str = "read_unc
     return [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records]
 
 
+@pytest.mark.integration
 def test_tracker_acks_every_record_and_reports_end_offsets(kafka):
     topic = uid("prod")
     kafka.create_topic(topic, 3)
@@ -35,6 +36,7 @@ def test_tracker_acks_every_record_and_reports_end_offsets(kafka):
     assert end_offsets(kafka.bootstrap_servers, list(acked)) == acked
 
 
+@pytest.mark.integration
 def test_keys_values_timestamps_headers_and_tombstones_round_trip(kafka):
     topic = uid("prod-rt")
     kafka.create_topic(topic, 1)
@@ -50,6 +52,7 @@ def test_keys_values_timestamps_headers_and_tombstones_round_trip(kafka):
     ]
 
 
+@pytest.mark.integration
 def test_keyed_records_without_partition_use_the_java_partitioner(kafka):
     from processor_api.kafka.partitioner import default_partition
 
@@ -67,6 +70,7 @@ def test_keyed_records_without_partition_use_the_java_partitioner(kafka):
     assert tracker.acked_end_offsets() == expected
 
 
+@pytest.mark.integration
 def test_full_local_queue_is_waited_out(kafka):
     topic = uid("prod-buf")
     kafka.create_topic(topic, 1)
@@ -80,6 +84,7 @@ def test_full_local_queue_is_waited_out(kafka):
     assert tracker.acked_end_offsets() == {(topic, 0): 200}
 
 
+@pytest.mark.integration
 def test_produce_many_keeps_order_timestamps_and_tombstones(kafka):
     topic = uid("prod-many")
     kafka.create_topic(topic, 2)
@@ -96,6 +101,7 @@ def test_produce_many_keeps_order_timestamps_and_tombstones(kafka):
     assert [(key, value, ts) for _, key, value, ts, _ in read] == records
 
 
+@pytest.mark.integration
 def test_produce_values_sends_in_order_by_key_with_one_timestamp(kafka):
     from processor_api.kafka.partitioner import default_partition
 
@@ -184,6 +190,7 @@ def test_queue_full_on_a_dead_broker_gives_up_after_the_buffer_timeout():
     assert tracker.pending == 3
 
 
+@pytest.mark.integration
 def test_reset_starts_a_new_batch(kafka):
     topic = uid("prod-reset")
     kafka.create_topic(topic, 1)
@@ -200,6 +207,7 @@ def test_reset_starts_a_new_batch(kafka):
 # -- what Tansu supports of idempotence and transactions (measured, for exactly_once_v2) -------
 
 
+@pytest.mark.integration
 def test_idempotent_producer_is_accepted(kafka):
     topic = uid("prod-idem")
     kafka.create_topic(topic, 1)
@@ -212,6 +220,7 @@ def test_idempotent_producer_is_accepted(kafka):
     assert values == [b"%d" % i for i in range(100)]  # no duplicates, in order
 
 
+@pytest.mark.integration
 def test_transaction_commit_is_visible_and_open_one_is_not(kafka):
     topic = uid("prod-txn")
     kafka.create_topic(topic, 2)
@@ -234,6 +243,7 @@ def test_transaction_commit_is_visible_and_open_one_is_not(kafka):
     }
 
 
+@pytest.mark.integration
 def test_tansu_read_committed_still_returns_aborted_records(kafka):
     """Documents a Tansu deviation: abort writes a marker but does not hide the records.
 
@@ -258,6 +268,7 @@ def test_tansu_read_committed_still_returns_aborted_records(kafka):
     ]
 
 
+@pytest.mark.integration
 def test_new_producer_with_same_transactional_id_fences_the_old_one(kafka):
     topic = uid("prod-fence")
     kafka.create_topic(topic, 1)

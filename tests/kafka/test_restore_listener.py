@@ -52,6 +52,7 @@ def _stores(tmp_path, app: str) -> TaskStores:
     return stores
 
 
+@pytest.mark.integration
 def test_the_listener_sees_start_every_batch_and_end_of_a_real_restore(
     kafka, tmp_path, monkeypatch
 ):

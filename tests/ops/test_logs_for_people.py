@@ -1,4 +1,4 @@
-"""Issue 15, part 3 (fast parts): the log level, the progress event, the JVM's options."""
+"""The log level, the progress event, the JVM's options."""
 
 from __future__ import annotations
 
@@ -147,3 +147,42 @@ def test_no_progress_event_before_the_interval(monkeypatch):
     progress = Progress(lambda keys: {}, interval_s=3600.0)
     progress.on_batch(_Frame(_batch("0_0", 5, {"in": 5})), 0)
     assert [e["event"] for e in log.events] == ["batch_done"]
+
+
+def test_a_timestamp_field_the_caller_passes_is_kept_and_the_log_time_goes_aside():
+    code = (
+        "from processor_api.logging import configure_logging, get_logger\n"
+        "configure_logging('json')\n"
+        "log = get_logger('my_processor')\n"
+        "log.info('late_record', key='k1', timestamp=1700000000000)\n"
+        "log.info('plain')\n"
+        "log.info('both_taken', timestamp=1, log_timestamp=2)\n"
+        "configure_logging('console')\n"
+        "log.info('late_record', timestamp=1700000000000)\n"
+    )
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    *events, console = result.stderr.splitlines()
+    late, plain, both = (json.loads(line) for line in events)
+    assert late["timestamp"] == 1700000000000 and late["key"] == "k1"
+    assert late["log_timestamp"].endswith("Z") and "T" in late["log_timestamp"]
+    assert plain["timestamp"].endswith("Z") and "log_timestamp" not in plain
+    assert (both["timestamp"], both["log_timestamp"]) == (1, 2)
+    assert console.startswith("timestamp=1700000000000 log_timestamp='"), console
+
+
+def test_events_go_to_the_stderr_of_the_moment_not_the_one_at_configure_time():
+    """A CLI's main() called under a captured stderr (a test) configured logging onto that
+    stream; once it was closed every later event raised 'I/O operation on closed file'."""
+    code = (
+        "import io, sys\n"
+        "from processor_api.logging import configure_logging, get_logger\n"
+        "captured = sys.stderr = io.StringIO()\n"
+        "configure_logging('json')\n"
+        "sys.stderr = sys.__stderr__\n"
+        "captured.close()\n"
+        "get_logger('x').warning('after_the_capture')\n"
+    )
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stderr.strip())["event"] == "after_the_capture"

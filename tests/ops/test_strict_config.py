@@ -1,4 +1,4 @@
-"""Issue 15, part 1: unknown settings are refused, by the CLI (exit 2) and the Python API."""
+"""Unknown settings are refused, by the CLI (exit 2) and the Python API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crash soak (issue 4, item 3): seed 000's sales aggregation under ``run-topology``, killed
+"""Crash soak: seed 000's sales aggregation under ``run-topology``, killed
 with ``kill -9`` (the whole process tree) again and again, then compared with a reference fold.
 
     python -m tests.reliability.soak --events 30000 --kills 8 --guarantee both \\

@@ -1,4 +1,4 @@
-"""Bad input (issue 4, item 4): ``deserialization_exception_handler`` and
+"""Bad input: ``deserialization_exception_handler`` and
 ``processing_exception_handler`` (``log_and_fail`` default, ``log_and_continue``) with a
 dead-letter topic, fed invalid JSON, a wrong-type value, an exception in ``process`` and an
 exception in a punctuator.

@@ -1,4 +1,4 @@
-"""Crash tests (issue 4, item 3), small enough for ``make test``; ``tests/reliability/soak.py``
+"""Crash tests, small enough for ``make test``; ``tests/reliability/soak.py``
 is the long version.
 
 Seed 000's sales aggregation (``topologies.sales_aggregation``; for exactly-once its paced

@@ -1,4 +1,4 @@
-"""kill -9 inside an upstream transaction of a word count under exactly_once_v2 (issue 15).
+"""kill -9 inside an upstream transaction of a word count under exactly_once_v2.
 
 The upstream task (split) writes words to the repartition topic in its transaction; the run
 is killed while such words are on the broker with no transaction marker after them yet. The

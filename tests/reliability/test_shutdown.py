@@ -1,4 +1,4 @@
-"""Shutdown and setup faults (issue 4, item 5), with ``run-topology`` in a subprocess:
+"""Shutdown and setup faults, with ``run-topology`` in a subprocess:
 
 * SIGTERM stops after the micro-batch in flight (exit 0); the stores are consistent (the
   restart repairs nothing) and a restart resumes: exactly-once output over both runs;
@@ -36,7 +36,7 @@ from tests.harness.topics import committed_records, create_topics_now, uid
 
 pytestmark = pytest.mark.integration
 
-REPAIR_EVENTS = ("store_wipe", "restore_start", "committed_transaction_adopted")
+REPAIR_EVENTS = ("store_wipe", "restore_start", "committed_batch_adopted")
 
 
 def _sales_setup(bootstrap: str, sales, partitions: int = 3) -> dict[str, str]:

@@ -33,6 +33,7 @@ STRINGS = [
 ]
 
 
+@pytest.mark.integration
 def test_the_port_equals_sparks_hash_function(spark):
     from pyspark.sql import functions as F
 
@@ -41,6 +42,7 @@ def test_the_port_equals_sparks_hash_function(spark):
     assert {s: spark_string_hash(s) for s in STRINGS} == by_spark
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("partitions", [3, 5])
 def test_spark_puts_each_task_into_its_own_partition(spark, partitions):
     from pyspark.sql import functions as F

@@ -68,14 +68,16 @@ def test_an_update_that_never_checkpointed_wipes_the_store_on_reopen(tmp_path):
     assert stacks["disk"].store.get("half") is None
     (wipe,) = [e for e in logs if e["event"] == "global_store_wipe"]
     assert (wipe["store"], wipe["topic"]) == ("disk", "disk-topic")
+    assert wipe["log_level"] == "info"  # routine: it is restored from its topic
     for stack in stacks.values():
         stack.close()
 
 
-def test_checkpoint_entries_of_topics_no_store_reads_are_dropped_with_a_warning(tmp_path):
+def test_checkpoint_entries_of_topics_no_store_reads_are_dropped_and_said_so(tmp_path):
     write_checkpoint(tmp_path / ".checkpoint", {("gone", 0): 3, ("disk-topic", 0): 2})
     with capture_logs() as logs:
         state = GlobalStateDirectory(tmp_path, builders(), TOPICS)
     assert state.positions() == {("disk-topic", 0): 2}
-    (warning,) = [e for e in logs if e["event"] == "global_checkpoint_unknown_topics"]
-    assert warning["topics"] == ["gone"]
+    (dropped,) = [e for e in logs if e["event"] == "global_checkpoint_unknown_topics"]
+    assert dropped["topics"] == ["gone"]
+    assert dropped["log_level"] == "info"  # a topology change, nothing to act on

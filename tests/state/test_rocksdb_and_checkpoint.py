@@ -223,3 +223,38 @@ def test_checkpoint_rejects_invalid_entries_on_write(tmp_path):
     with pytest.raises(StoreError, match="invalid partition/offset"):
         write_checkpoint(tmp_path / "c", {("t", 0): -1})
     assert not (tmp_path / "c").exists()
+
+
+def test_a_local_copy_ahead_of_the_commit_is_wiped_and_said_so_at_info(tmp_path):
+    from structlog.testing import capture_logs
+
+    from processor_api.serdes import Serdes
+    from processor_api.state.manager import TaskStores
+
+    builder = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+    )
+
+    def open_stores() -> TaskStores:
+        stores = TaskStores(
+            application_id="app", task_id="0_0", partition=0, directory=tmp_path,
+            builders={"counts": builder}, changelog_topics={"counts": "app-counts-changelog"},
+            timestamp_fn=lambda: 0,
+        )  # fmt: skip
+        stores.build(builder, lambda: 0)
+        return stores
+
+    stores = open_stores()
+    stores.stacks["counts"].store.put("uncommitted", 1)
+    stores.commit({"counts": 10})  # checkpointed, but the batch never committed upstream
+    stores.close()
+    stores = open_stores()
+    with capture_logs() as logs:
+        assert stores.restore({"counts": 0}, reader=None) == {}
+    (wipe,) = [e for e in logs if e["event"] == "store_wipe"]
+    assert (wipe["reason"], wipe["local_offset"], wipe["committed_offset"]) == (
+        "local copy ahead", 10, 0,
+    )  # fmt: skip
+    assert wipe["log_level"] == "info"  # routine after a crash: the changelog has the truth
+    assert stores.stacks["counts"].store.get("uncommitted") is None
+    stores.close()

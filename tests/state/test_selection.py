@@ -101,3 +101,40 @@ def test_a_versioned_store_is_read_one_key_at_a_time():
     assert entry.key == "a" and (entry.value.value, entry.value.timestamp) == (2, 20)
     with pytest.raises(StoreError, match="'v' is a versioned store: it can only be read one key"):
         select(builder.kind, store, "v", StoreSelection())
+
+
+def test_a_versioned_store_is_read_as_of_a_time():
+    builder = Stores.versioned_key_value_store_builder(
+        Stores.persistent_versioned_key_value_store("v", 60_000), Serdes.string(), Serdes.long()
+    )
+    store = builder.build(inner=InMemoryBytesStore("v")).store
+    store.put("a", 1, 10)
+    store.put("a", 2, 20)
+    pick = lambda as_of: [  # noqa: E731
+        tuple(e.value) for e in select(builder.kind, store, "v", StoreSelection("a", as_of=as_of))
+    ]
+    assert pick(None) == [(2, 20, None)]
+    assert pick(19) == [(1, 10, 20)]
+    assert pick(5) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "selection", "message"),
+    [
+        ("key-value", StoreSelection(key="a", as_of=1), "'s' is a key-value store: as_of reads"),
+        ("window", StoreSelection(as_of=1), "'s' is a window store: as_of reads versioned"),
+        ("session", StoreSelection(prefix="a"), "'s' is a session store: a prefix selects"),
+        ("versioned-key-value", StoreSelection(key_from="a"), "can only be read one key at a"),
+        ("versioned-key-value", StoreSelection(prefix="a"), "can only be read one key at a"),
+    ],
+)
+def test_a_selection_the_kind_cannot_take_is_refused_before_reading(kind, selection, message):
+    from processor_api.state.selection import check_selection
+
+    with pytest.raises(StoreError, match=message):
+        check_selection(kind, "s", selection)
+
+
+def test_as_of_must_be_a_timestamp():
+    with pytest.raises(StoreError, match="as_of must be a timestamp in epoch ms >= 0, got -1"):
+        StoreSelection(key="a", as_of=-1)

@@ -1,4 +1,4 @@
-"""Issue 15, handlers: a record the producer reports undeliverable after it was sent (in its
+"""A record the producer reports undeliverable after it was sent (in its
 delivery report) goes to the ``production.exception.handler`` of the task, on the embedded
 broker, through the Spark task runner (without Spark).
 
@@ -18,11 +18,13 @@ from processor_api.errors import DeliveryError
 from processor_api.handlers import DeadLetterRecord, HandlerResponse
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.spark.job import JobSpec
-from processor_api.spark.task_runner import InputRange, TaskRunner
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import InputRange, TaskRunner
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from tests.harness.topics import committed_records, produce, read_topic, uid
+
+pytestmark = pytest.mark.integration  # every test here uses the embedded broker
 
 HERE = __name__
 MISSING_PARTITION = 3

@@ -105,7 +105,7 @@ def connect_or_start(task_dir: Path, log_format: str) -> socket.socket:
         [
             sys.executable,
             "-m",
-            "processor_api.spark.task_host",
+            "processor_api.runtime.task_host",
             name,
             str(task_dir),
             str(daemon_pid),
@@ -134,8 +134,12 @@ REQUEST_ATTEMPTS = 3
 
 
 def exchange(
-    task_dir: Path, log_format: str, message: dict[str, Any], attempts: int = REQUEST_ATTEMPTS
-) -> dict[str, Any]:
+    task_dir: Path,
+    log_format: str,
+    message: Any,
+    attempts: int = REQUEST_ATTEMPTS,
+    timeout_s: float | None = None,
+) -> Any:
     """Send ``message`` to the host of ``task_dir`` (started if needed) and return its reply.
 
     A host that is closing (the end of a run, or letting the task go to another host) drops
@@ -146,23 +150,39 @@ def exchange(
     failure = "it closed the connection without a reply"
     for _ in range(attempts):
         with connect_or_start(task_dir, log_format) as connection:
+            connection.settimeout(timeout_s)
             try:
                 send_message(connection, message)
                 reply = receive_message(connection)
+            except TimeoutError as exc:
+                raise TimeoutError(
+                    f"the task host for {task_dir} did not answer {_what(message)} within "
+                    f"{timeout_s:g}s"
+                ) from exc
             except (ConnectionError, OSError) as exc:
                 failure = f"the connection failed: {exc}"
                 continue
         if reply is not None:
             return reply
     raise ConnectionError(
-        f"the task host for {task_dir} gave no reply to {message.get('op')!r} "
+        f"the task host for {task_dir} gave no reply to {_what(message)} "
         f"in {attempts} attempts ({failure})"
     )
 
 
-def raise_remote_error(reply: dict[str, Any]) -> None:
-    """Raise the error a host reported, as the same processor_api error type when there is one."""
-    name, text = reply["error_type"], reply["message"]
+def _what(message: Any) -> str:
+    if isinstance(message, dict):
+        return repr(message.get("op"))
+    return type(message).__name__
+
+
+def raise_remote_error(reply: Any) -> None:
+    """Raise the error a host reported (an ``ErrorReply``, or the micro-batch protocol's
+    dict), as the same processor_api error type when there is one."""
+    if isinstance(reply, dict):
+        name, text, trace = reply["error_type"], reply["message"], reply["traceback"]
+    else:
+        name, text, trace = reply.error_type, reply.message, reply.traceback
     cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, StreamsError):
         error = cls.__new__(cls)
@@ -170,7 +190,7 @@ def raise_remote_error(reply: dict[str, Any]) -> None:
     else:
         error = StreamsError(f"{name}: {text}")
     if hasattr(error, "add_note"):  # Python 3.11+
-        error.add_note(f"in the task host:\n{reply['traceback']}")
+        error.add_note(f"in the task host:\n{trace}")
     raise error
 
 

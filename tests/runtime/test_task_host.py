@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from processor_api.spark import task_host
-from processor_api.spark.host_client import (
+from processor_api.runtime import task_host
+from processor_api.runtime.host_client import (
     _connect,
     exchange,
     receive_message,

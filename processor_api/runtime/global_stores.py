@@ -29,8 +29,8 @@ from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
 from processor_api.logging import get_logger
-from processor_api.spark.input_records import to_input_records
-from processor_api.spark.job import JobSpec
+from processor_api.runtime.input_records import to_input_records
+from processor_api.runtime.job import JobSpec
 from processor_api.state.global_state import GlobalStateDirectory
 from processor_api.topology import Topology
 

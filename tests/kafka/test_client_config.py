@@ -1,4 +1,4 @@
-"""Issue 15, part 2: user Kafka client settings reach every client the runtime makes, per role."""
+"""User Kafka client settings reach every client the runtime makes, per role."""
 
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ def test_the_source_options_carry_the_settings_per_role():
 def test_job_spec_carries_the_settings_to_the_executors():
     import pickle
 
-    from processor_api.spark.job import JobSpec
+    from processor_api.runtime.job import JobSpec
 
     spec = JobSpec(
         "r", None, {}, None, "h:1", "/s", {}, kafka=KafkaClientConfig.from_dict(SETTINGS)

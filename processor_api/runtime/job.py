@@ -27,6 +27,10 @@ class JobSpec:
     bounded: bool = False  # the run stops at fixed end offsets (no waiting for data past them)
     task_ids: tuple[str, ...] = ()  # every task of the run, in order (commit marker partitions)
     kafka: KafkaClientConfig = field(default_factory=KafkaClientConfig)  # user client settings
+    #: Epochs: where a task without a committed position starts, per input partition (the
+    #: consumer group's offsets when the run started); then ``reset_policies`` per topic.
+    start_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    reset_policies: dict[str, str] = field(default_factory=dict)
 
     def load_topology(self) -> Topology:
         """The run's topology: imported by reference, or unpickled."""

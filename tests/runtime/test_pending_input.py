@@ -1,5 +1,5 @@
 """Held-back input of a task waiting for a lagging input, as the Spark runtime commits and
-re-reads it (``spark/pending_input.py``); no broker, no Spark."""
+re-reads it (``runtime/pending_input.py``); no broker, no Spark."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.records import InputRecord, ListCollector
 from processor_api.engine.task import Task
-from processor_api.spark.pending_input import HeldBackInput
-from processor_api.spark.task_runner import InputRange
+from processor_api.runtime.pending_input import HeldBackInput
+from processor_api.runtime.task_runner import InputRange
 
 
 class Nothing(Processor):

@@ -11,9 +11,11 @@ from confluent_kafka import Producer
 
 from processor_api import Processor, Serdes, Stores, Topology
 from processor_api.config import StreamsConfig
-from processor_api.spark.global_stores import GlobalStores
+from processor_api.runtime.global_stores import GlobalStores
 from processor_api.state.checkpoint import read_checkpoint
 from tests.harness.topics import produce, uid
+
+pytestmark = pytest.mark.integration  # every test here uses the embedded broker
 
 S = Serdes.string()
 

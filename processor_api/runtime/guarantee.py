@@ -46,7 +46,7 @@ from processor_api.kafka.transactions import (
     transaction_step,
 )
 from processor_api.logging import get_logger
-from processor_api.spark.job import parse_task_id
+from processor_api.runtime.job import parse_task_id
 
 #: Offsets read from the end of a marker partition first when looking for an earlier marker.
 MARKER_TAIL = 64
@@ -136,7 +136,7 @@ class CommitLog:
         if marker is None or marker.sequence <= metadata.commit.sequence:
             return metadata
         if self._transactional and self._aborted(marker):
-            self._log.warning(
+            self._log.info(
                 "aborted_batch_marker_ignored",
                 sequence=marker.sequence,
                 detail="the broker shows the commit marker of a transaction that aborted (the "
@@ -149,7 +149,7 @@ class CommitLog:
         adopted.commit = replace(
             adopted.commit, sequence=marker.sequence, marker_end=marker.offset + 1
         )
-        self._log.warning(
+        self._log.info(
             "committed_batch_adopted",
             sequence=marker.sequence,
             state_sequence=metadata.commit.sequence,
@@ -326,8 +326,9 @@ class ExactlyOnce:
 
     @property
     def producer(self) -> DeliveryTracker:
-        # init_transactions (fencing older incarnations) happens on first use and whenever
-        # another process took the task over since (its owner file changed)
+        # init_transactions (fencing older incarnations) happens on first use after every
+        # (re)build of the task (recover), and whenever another process on this state
+        # directory took the task over since (its owner file changed)
         return self._producers.for_task(self._app, self._task_id, self._directory)
 
     @property
@@ -338,6 +339,9 @@ class ExactlyOnce:
         return self._producers.instance_of(self._task_id)
 
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
+        # the task is (re)built: another executor may have run it since and fenced the cached
+        # producer, whatever this host's owner file says, so a new one fences it in turn
+        self._producers.renew(self._task_id)
         return self._markers.newer(metadata)
 
     def begin(self) -> None:
@@ -388,12 +392,14 @@ class ExactlyOnce:
     def abandon(self) -> None:
         if self._in_transaction:
             self._in_transaction = False
+            # only the producer that opened the transaction: making one here would fence
+            # whoever owns the task now
+            tracker = self._producers.cached(self._task_id)
             try:
-                self._producers.for_task(
-                    self._app, self._task_id, self._directory
-                ).producer.abort_transaction(10)
+                if tracker is not None:
+                    tracker.producer.abort_transaction(10)
             except Exception as exc:  # noqa: BLE001 - fenced or broker gone: it aborts later
-                self._log.warning("transaction_abort_failed", error=str(exc))
+                self._log.info("transaction_abort_failed", error=str(exc))
         self._producers.drop(self._task_id)
 
     def close(self) -> None:

@@ -129,13 +129,16 @@ class TaskInput:
                 fetch=LARGE_FETCH,
                 kafka=self._kafka,
             )
+        return self.keep_committed(read_ranges(self.reader, ranges))
+
+    def keep_committed(self, records: list[InputRecord]) -> list[InputRecord]:
+        """``records`` without those an aborted upstream transaction wrote to a repartition
+        topic, batch stamps taken off (see ``drop_aborted``)."""
         if self._checks and self._batches is None:
             self._batches = CommittedBatches(
                 self._bootstrap, self._marker_topic, self._marker_partitions, kafka=self._kafka
             )
-        records, dropped = drop_aborted(
-            read_ranges(self.reader, ranges), self._stamped_topics, self._batches
-        )
+        records, dropped = drop_aborted(records, self._stamped_topics, self._batches)
         for (topic, partition, upstream), count in dropped.items():
             self._log.info(
                 "aborted_records_skipped",

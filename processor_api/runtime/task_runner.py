@@ -44,12 +44,12 @@ from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.kafka.reader import read_changelog
 from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
-from processor_api.spark.delivery_failures import TaskDeliveryFailures
-from processor_api.spark.global_stores import GlobalStores
-from processor_api.spark.guarantee import Guarantee, TaskCommitSettings, make_guarantee
-from processor_api.spark.input_records import TaskInput
-from processor_api.spark.job import JobSpec, parse_task_id
-from processor_api.spark.pending_input import (
+from processor_api.runtime.delivery_failures import TaskDeliveryFailures
+from processor_api.runtime.global_stores import GlobalStores
+from processor_api.runtime.guarantee import Guarantee, TaskCommitSettings, make_guarantee
+from processor_api.runtime.input_records import TaskInput
+from processor_api.runtime.job import JobSpec, parse_task_id
+from processor_api.runtime.pending_input import (
     HeldBackInput,
     broker_lags,
     waits_for_lagging_inputs,

@@ -4,15 +4,19 @@ rebuilt elsewhere (a new runner, as on another executor) reads those records aga
 
 from __future__ import annotations
 
+import pytest
+
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.spark.job import JobSpec
-from processor_api.spark.task_runner import InputRange, TaskRunner
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.task_runner import InputRange, TaskRunner
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from tests.harness.topics import TopicReader, produce, uid
 from tests.integration.time_topologies import build_merge_order
+
+pytestmark = pytest.mark.integration  # every test here uses the embedded broker
 
 
 def test_a_rebuilt_task_reads_its_held_back_input_again(kafka, tmp_path):

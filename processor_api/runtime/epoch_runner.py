@@ -1,0 +1,324 @@
+"""One task in long-running epochs: Kafka Streams' poll loop inside a Spark epoch.
+
+An :class:`EpochTaskRunner` lives in the task's host process (``task_host.py``), as the
+micro-batch :class:`~processor_api.runtime.task_runner.TaskRunner` does, and keeps what Kafka
+Streams' stream thread keeps for a task: processors after one ``init()``, open stores, a
+producer and a consumer of its partitions (:class:`ContinuousInput`). An epoch is::
+
+    resume    the last committed metadata == the state Spark hands over? go on; otherwise
+              drop the task and rebuild it (recover: adopt a newer committed marker; restore
+              the stores; init the processors) and seek the input to its positions
+    loop      poll what arrived -> process (max.task.idle.ms from the known lags) ->
+              punctuate (stream time after records, wall clock when due) ->
+              commit every commit.interval.ms, or when a processor asked for it
+    end       the epoch's time is up, the task reached its end offsets (available-now,
+              bounded epochs) or the driver asked to stop: commit, hand back the metadata
+
+Sink records are produced as they are made: under at_least_once a consumer sees them at once;
+under exactly_once_v2 at the commit of their transaction. The loop stops at once, dropping
+what it has not committed (the transaction aborts), when the Spark task that opened the epoch
+disconnects (:class:`EpochControl`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from processor_api.engine.metadata import TaskMetadata
+from processor_api.engine.task import Task
+from processor_api.errors import StreamsError
+from processor_api.kafka.offsets import end_offsets
+from processor_api.runtime.continuous_input import ContinuousInput
+from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.task_runner import TaskRunner
+
+#: The longest the loop waits for input before it looks at its clocks again.
+MAX_POLL_WAIT_S = 0.2
+#: Global stores are caught up at most this often in a running epoch.
+GLOBAL_CATCH_UP_S = 1.0
+
+
+class EpochAbandoned(StreamsError):
+    """The Spark task that opened the epoch is gone: nothing uncommitted was kept."""
+
+
+@dataclass
+class EpochControl:
+    """What the loop asks of the world while it runs.
+
+    ``connected``: whether the Spark task that opened the epoch is still there;
+    ``end_requested``: whether the driver asked the epoch to end now (a stopping run);
+    ``release_requested``: whether another host on this machine wants the task.
+    """
+
+    connected: Callable[[], bool]
+    end_requested: Callable[[], bool] = lambda: False
+    release_requested: Callable[[], bool] = lambda: False
+
+
+@dataclass
+class _Counts:
+    processed: int = 0
+    outputs: int = 0
+    changelog_records: int = 0
+    commits: int = 0
+    dropped: int = 0
+
+
+class EpochTaskRunner(TaskRunner):
+    """Runs the epochs of one task while this process owns it (see the module docs)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - TaskRunner's
+        super().__init__(*args, **kwargs)
+        self._stream: ContinuousInput | None = None
+        self._dirty = False  # something to commit since the last commit
+        self._counts = _Counts()
+        self._last_global_catch_up = 0.0
+
+    # ------------------------------------------------------------------ epoch
+    def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
+        """One epoch of the task (see the module docs)."""
+        rebuilt, restored = self._resume(request.state_json)
+        task = self._task
+        assert task is not None
+        stream = self._stream
+        assert stream is not None
+        end = request.end
+        stream.set_bounds(self._bounds(end))
+        try:
+            self._loop(task, stream, request, control, end)
+        except EpochAbandoned:
+            raise
+        except BaseException:
+            if self._task is not None:  # a failed commit has dropped it already
+                self._log.warning(
+                    "task_epoch_failed", buffered_writes_dropped=self._abandon_batch()
+                )
+            raise
+        # what the loop did between the last epoch and this one counts in this one
+        counts, self._counts = self._counts, _Counts()
+        return EpochReply(
+            metadata_json=self._committed_json or TaskMetadata().to_json(),
+            processed=counts.processed,
+            outputs=counts.outputs,
+            changelog_records=counts.changelog_records,
+            restored=restored,
+            commits=counts.commits,
+            inits=self.inits,
+            rebuilt=rebuilt,
+            dropped_records=counts.dropped,
+        )
+
+    def _loop(
+        self,
+        task: Task,
+        stream: ContinuousInput,
+        request: EpochRequest,
+        control: EpochControl,
+        end: EpochEnd,
+    ) -> None:
+        """Poll, process, punctuate and commit until the epoch ends (see the module docs)."""
+        deadline = None if end.duration_s is None else time.monotonic() + end.duration_s
+        interval_s = self.config.commit_interval / 1000
+        next_commit = time.monotonic() + interval_s
+        self._open_batch()
+        while True:
+            if not control.connected() or control.release_requested():
+                dropped = self._abandon_batch()
+                raise EpochAbandoned(
+                    f"task {self.task_id}: the Spark task of epoch {request.epoch} is gone; "
+                    f"{dropped} uncommitted store writes dropped"
+                )
+            now = time.monotonic()
+            wait_s = min(MAX_POLL_WAIT_S, max(0.0, next_commit - now))
+            if deadline is not None:
+                wait_s = min(wait_s, max(0.0, deadline - now))
+            self._step(task, stream, self._punctuation_wait_s(task, wait_s))
+            now = time.monotonic()
+            finished = (
+                control.end_requested()
+                or (deadline is not None and now >= deadline)
+                or (stream.has_bounds and stream.reached() and not task.buffered())
+            )
+            if finished or now >= next_commit or task.commit_requested:
+                self._commit()
+                next_commit = time.monotonic() + interval_s
+                if finished:
+                    return
+                self._open_batch()
+
+    def keep_going(self, until: float, stop: Callable[[], bool]) -> None:
+        """Between two epochs: go on processing (nothing is committed) until ``until``
+        (monotonic) or ``stop()``; the next epoch commits what this did, or a rebuild drops it."""
+        task, stream = self._task, self._stream
+        if task is None or stream is None:
+            return
+        self._open_batch()
+        while not stop() and time.monotonic() < until:
+            self._step(task, stream, self._punctuation_wait_s(task, MAX_POLL_WAIT_S))
+
+    def drop_uncommitted(self) -> bool:
+        """Drop the task if it did anything since its last commit (the next epoch rebuilds it
+        from the committed state); True if it did."""
+        if not (self._batch_open and self._dirty):
+            return False
+        self._abandon_batch()
+        self._dirty = False
+        return True
+
+    def _step(self, task: Task, stream: ContinuousInput, wait_s: float) -> None:
+        """One turn of the loop: poll, process, punctuate."""
+        records = stream.poll(wait_s)
+        if records:
+            records = self._input.keep_committed(records)
+        if len(task.partition_group.queues) > 1 and task.config.max_task_idle_ms != -1:
+            task.update_lags(stream.lags())
+        collector = self._collector
+        assert collector is not None
+        sent_before = collector.sent
+        processed = task.process_batch(records)
+        fired = task.maybe_punctuate_wall_clock()
+        advanced = task.advance_idle_stream_time()
+        self._catch_up_global()
+        self._counts.processed += processed
+        self._counts.outputs += collector.sent - sent_before
+        if processed or fired or advanced or collector.sent != sent_before:
+            self._dirty = True
+
+    def _punctuation_wait_s(self, task: Task, wait_s: float) -> float:
+        """``wait_s``, shortened to when a wall-clock punctuation, ``max.task.idle.ms`` or
+        an idle stream-time advance is due."""
+        now = task.clock()
+        for due in (task.next_wall_clock_due(), task.next_idle_deadline(),
+                    task.next_idle_advance_due()):  # fmt: skip
+            if due is not None:
+                wait_s = min(wait_s, max(0.0, (due - now) / 1000))
+        return wait_s
+
+    def _catch_up_global(self) -> None:
+        if self._global is None:
+            return
+        now = time.monotonic()
+        if now - self._last_global_catch_up >= GLOBAL_CATCH_UP_S:
+            assert self._collector is not None
+            self._global.before_batch(self._collector.send)
+            self._last_global_catch_up = now
+
+    # ----------------------------------------------------------------- commit
+    def _commit(self) -> None:
+        """Make what the task did since the last commit durable, in Kafka Streams' order."""
+        task, stores, collector = self._task, self._stores, self._collector
+        failures, stream = self._delivery_failures, self._stream
+        assert task is not None and stores is not None and collector is not None
+        assert failures is not None and stream is not None
+        if not self._dirty and self._committed_json is not None:
+            return
+        dropped_before = failures.dropped
+        try:
+            # 1. store caches flushed; their changelog records produced
+            changelog_count = self._produce_changelogs(task, collector)
+            # 2. every record of the commit acknowledged (failures to the production handler)
+            self._guarantee.flush(failures)
+            # 3. the changelog offsets the stores will hold once this commit is durable
+            positions = self._acked_changelog_positions(task)
+            task.set_changelog_offsets(positions)
+            # 4. marker + input offsets (+ the transaction under exactly_once_v2) committed
+            metadata = replace(task.metadata(), commit=self._commit_state)
+            metadata = self._guarantee.commit(metadata, self._group_offsets(task, stream))
+            # 5. the buffered store writes applied, the local checkpoint written
+            stores.commit(positions)
+        except BaseException:
+            self._log.warning("task_commit_failed", buffered_writes_dropped=self._abandon_batch())
+            raise
+        # 6. the committed state remembered: the next epoch's GroupState must equal it
+        self._batch_open = False
+        self._dirty = False
+        self._commit_state = metadata.commit
+        self._changelog_positions = dict(positions)
+        self._committed_json = metadata.to_json()
+        counts = self._counts
+        counts.commits += 1
+        counts.changelog_records += changelog_count
+        counts.dropped += failures.dropped - dropped_before
+
+    def _group_offsets(self, task: Task, stream: ContinuousInput) -> dict[tuple[str, int], int]:
+        """The consumer-group offsets of this commit: per input, the first record the task
+        holds back, else how far the input was read (past transaction markers too)."""
+        held_back = task.partition_group.first_buffered_offsets()
+        positions = task.metadata().input_positions
+        offsets = {}
+        for topic in self.subtopology.source_topics:
+            if topic in held_back:
+                offset = held_back[topic]
+            else:
+                offset = max(stream.read_end.get(topic, -1), positions.get(topic, -1))
+            if offset >= 0:
+                offsets[(topic, self.partition)] = offset
+        return offsets
+
+    # ----------------------------------------------------------------- resume
+    def _resume(self, state_json: str | None) -> tuple[bool, int]:
+        """Go on with the live task, or rebuild it from ``state_json``; (rebuilt, restored)."""
+        if self._task is not None and state_json == self._committed_json:
+            return False, 0
+        if self._task is not None:
+            self._abandon_open_batch()
+        restored = self._rebuild(TaskMetadata.from_json(state_json))
+        self._seek_input()
+        self._dirty = False
+        self._counts = _Counts()  # what was dropped is done again
+        return True, restored
+
+    def _seek_input(self) -> None:
+        """Point the input at the rebuilt task's positions (else the run's starting offsets,
+        else the source's reset policy)."""
+        task = self._task
+        assert task is not None
+        if self._stream is None:
+            self._stream = ContinuousInput(
+                self.spec.bootstrap_servers,
+                self.task_id,
+                self.partition,
+                isolation_level=self._guarantee.isolation_level,
+                kafka=self.spec.kafka,
+            )
+        positions = task.metadata().input_positions
+        starts = self.spec.start_offsets
+        self._stream.assign(
+            {
+                topic: positions.get(topic, starts.get((topic, self.partition)))
+                for topic in self.subtopology.source_topics
+            },
+            self.spec.reset_policies,
+        )
+
+    def _bounds(self, end: EpochEnd) -> dict[str, int] | None:
+        """Per input topic, the offset this epoch ends at (None: no bound)."""
+        topics = self.subtopology.source_topics
+        if end.caught_up:
+            ends = end_offsets(
+                self.spec.bootstrap_servers,
+                [(topic, self.partition) for topic in topics],
+                isolation_level=self._guarantee.isolation_level,
+                kafka=self.spec.kafka,
+            )
+            return {topic: offset for (topic, _), offset in ends.items()}
+        if end.end_offsets is None:
+            return None
+        return {
+            topic: offset
+            for (topic, partition), offset in end.end_offsets.items()
+            if partition == self.partition and topic in topics
+        }
+
+    # --------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """The task leaves this process (see :meth:`TaskRunner.close`); its input too."""
+        try:
+            super().close()
+        finally:
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None

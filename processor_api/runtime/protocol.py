@@ -1,0 +1,92 @@
+"""The typed messages between a Spark task (or the driver) and a task host.
+
+One request per connection, answered by one reply (framing: ``host_client.send_message``).
+An :class:`EpochRequest` keeps its connection open for the whole epoch: the host works on the
+task only while that connection is up, and answers at the epoch's end with an
+:class:`EpochReply` (or an :class:`ErrorReply`). The other requests are short:
+:class:`EndEpochRequest` (the driver stops the run: commit and end the epoch now),
+:class:`CloseRequest` (the run ended: close the task, exit) and :class:`ReleaseRequest`
+(another host on this machine takes the task: drop what is uncommitted, close, exit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from processor_api.runtime.job import JobSpec
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    """When an epoch ends (the first that applies).
+
+    * ``duration_s``: a continuous epoch's length (``--epoch-interval``); None: no time limit;
+    * ``end_offsets``: per input partition, the offset the task must reach (``--available-now``
+      and bounded epochs); partitions it does not name are not waited for;
+    * ``caught_up``: a bounded epoch (too few Spark slots for continuous ones): it ends once
+      the task reached the end offsets its partitions had when the epoch began.
+    """
+
+    duration_s: float | None = None
+    end_offsets: dict[TopicPartitionKey, int] | None = None
+    caught_up: bool = False
+
+
+@dataclass(frozen=True)
+class EpochRequest:
+    """Run ``task_id`` for one epoch from its committed metadata ``state_json`` (Spark's
+    ``GroupState``; None for a task Spark has never run)."""
+
+    spec: JobSpec
+    task_id: str
+    state_json: str | None
+    epoch: int
+    end: EpochEnd = field(default_factory=EpochEnd)
+
+
+@dataclass(frozen=True)
+class EndEpochRequest:
+    """Commit now and end the running epoch (the driver is stopping the run)."""
+
+
+@dataclass(frozen=True)
+class CloseRequest:
+    """Close the task (``close()`` of its processors runs) and exit: the run ended."""
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """Another host on this machine takes the task: drop what is uncommitted and exit."""
+
+
+@dataclass(frozen=True)
+class EpochReply:
+    """What one epoch of a task did, and its last committed metadata (for ``GroupState``)."""
+
+    metadata_json: str
+    processed: int
+    outputs: int
+    changelog_records: int
+    restored: int
+    commits: int
+    inits: int
+    rebuilt: bool
+    dropped_records: int = 0
+
+
+@dataclass(frozen=True)
+class OkReply:
+    """A short request was carried out."""
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """The request failed in the host; the Spark task raises it (``host_client.raise_remote``)."""
+
+    error_type: str
+    message: str
+    traceback: str

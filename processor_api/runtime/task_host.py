@@ -1,0 +1,333 @@
+"""A task's host process: owns one task on this executor for as long as the task stays here.
+
+Started by the first Spark Python worker that gets the task (``host_client.connect_or_start``)
+as ``python -m processor_api.runtime.task_host NAME TASK_DIR DAEMON_PID LOG_FORMAT``. It
+
+* binds the abstract socket ``NAME`` (a second host for the same name exits at once);
+* serves one request per connection (``protocol.py``): an ``EpochRequest`` keeps its
+  connection for the whole epoch, and the task runs (``EpochTaskRunner.run_epoch``) only while
+  that connection is up; ``EndEpochRequest`` (the driver stops the run: commit and end the
+  epoch now) is answered by the acceptor thread at once, even mid-epoch; ``CloseRequest`` (the
+  run ended) and ``ReleaseRequest`` (another host on this machine wants the task) close the
+  task and exit, after the host stopped listening, so no request queues behind a host that is
+  about to exit. The micro-batch protocol's ``batch``/``close``/``release`` dicts are served
+  the same way;
+* between two epochs of a continuous run goes on processing for up to ``EPOCH_GAP_S``
+  (committed by the next epoch, dropped if none comes), so records arriving while Spark plans
+  the next epoch are not held up; between micro-batches it fires due wall-clock punctuations
+  (``TaskRunner.punctuate_due``);
+* takes the task directory's lock on its first request and holds it until it closes, asking a
+  previous owner on this machine to release the task first;
+* exits when the pyspark daemon that started it is gone (the executor ended or was killed),
+  without closing anything: what it had not committed is done again from the committed state.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from processor_api.errors import StreamsError
+from processor_api.logging import configure_logging, get_logger
+from processor_api.runtime.epoch_runner import EpochAbandoned, EpochControl, EpochTaskRunner
+from processor_api.runtime.host_client import (
+    HOST_FILE,
+    receive_message,
+    request,
+    send_message,
+)
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.protocol import (
+    CloseRequest,
+    EndEpochRequest,
+    EpochRequest,
+    ErrorReply,
+    OkReply,
+    ReleaseRequest,
+)
+from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
+
+WATCH_INTERVAL_S = 0.5
+
+
+class TaskHost:
+    """The request handler of one host process."""
+
+    def __init__(self, name: str, task_dir: Path) -> None:
+        self.name = name
+        self.task_dir = task_dir
+        self.runner: EpochTaskRunner | None = None
+        self._topology_run: str | None = None
+        self._topology: Any = None
+        self.end_epoch = threading.Event()  # the driver stops the run: end the epoch now
+        self.stopping = threading.Event()  # a close or release request is queued
+
+    def handle(self, message: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The reply to one request, and whether the host should exit afterwards."""
+        if isinstance(message, CloseRequest | ReleaseRequest):
+            self._close()
+            return OkReply(), True
+        op = message.get("op")
+        if op == "batch":
+            return self._batch(message), False
+        if op in ("close", "release"):
+            self._close()
+            return {"ok": True}, True
+        return {"ok": False, "error_type": "StreamsError", "message": f"unknown op {op!r}",
+                "traceback": ""}, False  # fmt: skip
+
+    def _batch(self, message: dict[str, Any]) -> dict[str, Any]:
+        spec: JobSpec = message["spec"]
+        task_id: str = message["task_id"]
+        try:
+            if self.runner is not None and self.runner.spec.run_id != spec.run_id:
+                self._close()  # a new run of the same application: the task starts afresh
+            if self.runner is None:
+                self.runner = self._open(spec, task_id)
+            result = self.runner.run_batch(message["state"], message["ranges"])
+            return {"ok": True, "result": result, "inits": self.runner.inits}
+        except BaseException as exc:  # noqa: BLE001 - reported to the worker, which raises it
+            # the runner has dropped its task; it rebuilds it on the next batch
+            return {  # the micro-batch protocol's reply
+                "ok": False,
+                "error_type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": traceback.format_exc(),
+            }
+
+    def epoch(self, request: EpochRequest, connection: socket.socket) -> tuple[Any, float | None]:
+        """Run one epoch while ``connection`` (the Spark task) is up; the reply (None when
+        the Spark task is gone) and until when to go on between epochs (None: do not)."""
+        spec = request.spec
+        try:
+            if self.runner is not None and self.runner.spec.run_id != spec.run_id:
+                self._close()  # a new run of the same application: the task starts afresh
+            if self.runner is None:
+                self.runner = self._open(spec, request.task_id)
+            control = EpochControl(
+                connected=lambda: _connected(connection),
+                end_requested=self.end_epoch.is_set,
+                release_requested=self.stopping.is_set,
+            )
+            reply = self.runner.run_epoch(request, control)
+        except EpochAbandoned as exc:
+            get_logger("processor_api.task_host", task=request.task_id).info(
+                "epoch_abandoned", epoch=request.epoch, detail=str(exc)
+            )
+            return None, None
+        except BaseException as exc:  # noqa: BLE001 - reported to the worker, which raises it
+            return _error_reply(exc), None
+        continuous = request.end.duration_s is not None and not self.end_epoch.is_set()
+        return reply, (time.monotonic() + EPOCH_GAP_S) if continuous else None
+
+    def between_epochs(self, until: float, stop: Any) -> None:
+        """Go on processing until ``until`` or until a request comes (see ``EPOCH_GAP_S``)."""
+        runner = self.runner
+        if runner is None:
+            return
+        try:
+            runner.keep_going(until, lambda: stop() or self.stopping.is_set())
+        except BaseException as exc:  # noqa: BLE001 - the next epoch rebuilds and reports it
+            get_logger("processor_api.task_host", task=runner.task_id).warning(
+                "processing_between_epochs_failed", error=f"{type(exc).__name__}: {exc}"
+            )
+            runner.drop_uncommitted()
+
+    def epoch_gap_expired(self) -> None:
+        """No epoch came in time: drop what was done since the last commit."""
+        if self.runner is not None and self.runner.drop_uncommitted():
+            get_logger("processor_api.task_host", task=self.runner.task_id).info(
+                "uncommitted_work_dropped",
+                detail=f"no epoch came within {EPOCH_GAP_S:g}s of the last one",
+            )
+
+    def _open(self, spec: JobSpec, task_id: str) -> EpochTaskRunner:
+        configure_logging(spec.log_format)
+        if self._topology_run != spec.run_id:
+            self._topology = spec.load_topology()
+            self._topology_run = spec.run_id
+            gc.freeze()  # modules and the topology: out of every later collection
+        lock = self._take_lock(task_id)
+        try:
+            (self.task_dir / HOST_FILE).write_text(self.name)
+            return EpochTaskRunner(spec, self._topology, task_id, lock)
+        except BaseException:
+            lock.__exit__(None, None, None)
+            raise
+
+    def _take_lock(self, task_id: str) -> TaskLock:
+        """The task directory's lock; a host elsewhere on this machine is asked to let go."""
+        self.task_dir.mkdir(parents=True, exist_ok=True)
+        lock = TaskLock(self.task_dir, task_id, timeout_s=0.0)
+        try:
+            return lock.__enter__()
+        except StreamsError:
+            pass
+        try:
+            holder = (self.task_dir / HOST_FILE).read_text().strip()
+        except OSError:
+            holder = ""
+        if holder and holder != self.name:
+            get_logger("processor_api.task_host", task=task_id).info(
+                "task_taken_over", previous_host=holder
+            )
+            try:
+                request(holder, {"op": "release"}, timeout_s=LOCK_TIMEOUT_S)
+            except (OSError, ConnectionError):
+                pass  # it is gone or going; the lock tells
+        return TaskLock(self.task_dir, task_id).__enter__()
+
+    def seconds_to_next_punctuation(self) -> float | None:
+        """How long the host may wait for a request before a punctuation is due."""
+        return None if self.runner is None else self.runner.seconds_to_next_punctuation()
+
+    def punctuate_due(self) -> None:
+        """Between requests: fire the wall-clock punctuations that are due."""
+        if self.runner is not None:
+            self.runner.punctuate_due()
+
+    def _close(self) -> None:
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            try:
+                (self.task_dir / HOST_FILE).unlink(missing_ok=True)
+            finally:
+                runner.close()
+
+
+def _connected(connection: socket.socket) -> bool:
+    """Whether the peer of ``connection`` is still there (it sends nothing during an epoch,
+    so readable means closed)."""
+    try:
+        data = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return data != b""
+
+
+def _error_reply(exc: BaseException) -> ErrorReply:
+    return ErrorReply(type(exc).__name__, str(exc), traceback.format_exc())
+
+
+def _watch(daemon_pid: int) -> None:
+    """Exit when the pyspark daemon that started this host is gone."""
+    while True:
+        time.sleep(WATCH_INTERVAL_S)
+        try:
+            os.kill(daemon_pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass
+
+
+#: How long a host goes on processing after an epoch while the next one has not come
+#: (Spark's planning between epochs takes about a second); what it did then is committed by
+#: the next epoch, or dropped when none comes.
+EPOCH_GAP_S = 15.0
+
+
+def _is_stop(message: Any) -> bool:
+    if isinstance(message, CloseRequest | ReleaseRequest):
+        return True
+    return isinstance(message, dict) and message.get("op") in ("close", "release")
+
+
+def _accept(server: socket.socket, host: TaskHost, requests: queue.Queue) -> None:
+    """The acceptor thread: reads each connection's request; an :class:`EndEpochRequest`
+    is answered here (the main thread may be inside an epoch); the others are queued."""
+    while True:
+        try:
+            connection, _ = server.accept()
+        except OSError:
+            return  # the server socket closed: the host is stopping
+        connection.settimeout(None)
+        try:
+            message = receive_message(connection)
+        except (OSError, ConnectionError):
+            connection.close()
+            continue
+        if message is None:
+            connection.close()
+            continue
+        if isinstance(message, EndEpochRequest):
+            host.end_epoch.set()
+            with connection:
+                try:
+                    send_message(connection, OkReply())
+                except OSError:
+                    pass
+            continue
+        if _is_stop(message):
+            # Stop listening before closing the task: a worker that connects meanwhile is
+            # refused and starts a new host (which waits for the task's lock), instead of
+            # queueing behind this host and losing its connection when the host exits.
+            host.stopping.set()
+            server.close()
+            requests.put((message, connection))
+            return
+        requests.put((message, connection))
+
+
+def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
+    """Bind ``name`` and serve requests until told to close (see the module docs)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind("\0" + name)
+    except OSError:
+        return  # another host of this task already serves the name
+    server.listen(8)
+    threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
+    host = TaskHost(name, task_dir)
+    requests: queue.Queue = queue.Queue()
+    threading.Thread(target=_accept, args=(server, host, requests), daemon=True).start()
+    gap_until: float | None = None
+    while True:
+        if gap_until is not None and requests.empty():
+            host.between_epochs(gap_until, lambda: not requests.empty())
+            if requests.empty():
+                host.epoch_gap_expired()
+            gap_until = None
+        wait_s = host.seconds_to_next_punctuation()
+        try:
+            # a timeout of 0 would make get() non-blocking; 1 ms keeps it a wait
+            message, connection = requests.get(
+                timeout=None if wait_s is None else max(wait_s, 0.001)
+            )
+        except queue.Empty:
+            host.punctuate_due()
+            continue
+        with connection:
+            if isinstance(message, EpochRequest):
+                reply, gap_until = host.epoch(message, connection)
+                exit_after = False
+            else:
+                reply, exit_after = host.handle(message)
+            if reply is not None:
+                try:
+                    send_message(connection, reply)
+                except OSError:
+                    gap_until = None  # the Spark task is gone: Spark re-runs the epoch
+        if exit_after:
+            server.close()
+            return
+
+
+def main(argv: list[str]) -> None:
+    name, task_dir, daemon_pid, log_format = argv
+    configure_logging(log_format)
+    serve(name, Path(task_dir), int(daemon_pid))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,89 @@
+"""The function Spark runs for each task and epoch in ``applyInPandasWithState``.
+
+One call = one task for one epoch. It hands the epoch to the task's host process
+(``runtime/task_host.py``) and stays connected while the host runs the task's poll loop; the
+host works on the task only while this call is connected. At the epoch's end the host answers
+with the task's last committed metadata, which the call stores in ``GroupState``, and the call
+returns one row of statistics. If the call dies (its worker or executor is killed, Spark
+cancels the task), the host drops what it has not committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+
+from processor_api.engine.metadata import TaskMetadata
+from processor_api.logging import get_logger
+from processor_api.runtime.host_client import exchange, raise_remote_error
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
+from processor_api.spark.task_function import worker_setup
+from processor_api.spark.task_keys import task_id_of
+from processor_api.state.manager import task_directory
+
+#: Beyond the epoch's length, how long a call waits for its host to commit and answer (a
+#: commit waits at most for its flush, ``JobSpec.flush_timeout_s``, per step).
+ANSWER_GRACE_S = 300.0
+
+
+def _epoch(frames: Iterator[pd.DataFrame]) -> int:
+    epoch = 0
+    for frame in frames:
+        if not frame.empty:
+            epoch = max(epoch, int(frame["epoch"].max()))
+    return epoch
+
+
+def run_epoch(
+    spec: JobSpec, end: EpochEnd, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    """The ``applyInPandasWithState`` function body for one task and one epoch."""
+    started = time.monotonic()
+    worker_setup(spec)
+    task_id = task_id_of(str(key[0]))
+    epoch = _epoch(frames)
+    directory = task_directory(spec.state_dir, spec.config["application_id"], task_id)
+    request = EpochRequest(
+        spec=spec,
+        task_id=task_id,
+        state_json=state.get[0] if state.exists else None,
+        epoch=epoch,
+        end=end,
+    )
+    timeout_s = None if end.duration_s is None else end.duration_s + ANSWER_GRACE_S
+    reply = exchange(directory, spec.log_format, request, timeout_s=timeout_s)
+    if not isinstance(reply, EpochReply):
+        raise_remote_error(reply)
+    state.update((reply.metadata_json,))
+    duration_ms = (time.monotonic() - started) * 1000
+    metadata = TaskMetadata.from_json(reply.metadata_json)
+    get_logger("processor_api.spark_task", task=task_id).debug(
+        "task_epoch_done",
+        epoch=epoch,
+        records=reply.processed,
+        outputs=reply.outputs,
+        commits=reply.commits,
+        stream_time=metadata.stream_time,
+        duration_ms=round(duration_ms, 1),
+    )
+    yield pd.DataFrame(
+        {
+            "task": [task_id],
+            "records": [reply.processed],
+            "outputs": [reply.outputs],
+            "changelog_records": [reply.changelog_records],
+            "restored": [reply.restored],
+            "stream_time": [metadata.stream_time],
+            "positions": [json.dumps(metadata.input_positions, sort_keys=True)],
+            "duration_ms": [duration_ms],
+            "pid": [os.getpid()],
+            "timed_out": [False],
+            "inits": [reply.inits],
+        }
+    )

@@ -1,0 +1,87 @@
+"""The driver's side of a run in epochs: slots, the query, and ending epochs early.
+
+Every task's call stays open for its epoch (``epoch_function.py``), so the run needs a Spark
+task slot per task at once. In local mode the runner sizes the slots (:func:`local_master`);
+on a cluster it counts them at start (:func:`slots_of`) and, when short, runs *bounded*
+epochs: each ends once its task caught up with what its partitions held when it began, so
+tasks take turns on the slots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from processor_api.logging import get_logger
+from processor_api.runtime.host_client import HOST_FILE, request
+from processor_api.runtime.protocol import EndEpochRequest
+from processor_api.topology import Topology
+
+_log = get_logger("processor_api.runner")
+
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(,\s*\d+)?\])?$")
+
+
+def local_master(master: str, task_count: int) -> str:
+    """``master`` with at least ``task_count`` slots if it is a local master (``local``,
+    ``local[N]``, ``local[*]``, ``local[N,F]``); other masters unchanged."""
+    match = _LOCAL.match(master.strip())
+    if match is None:
+        return master
+    given = match.group(1)
+    cores = os.cpu_count() or 1
+    slots = 1 if given is None else cores if given == "*" else int(given)
+    if slots >= task_count:
+        return master
+    return f"local[{task_count}{match.group(2) or ''}]"  # keeps ``,F`` (task failures)
+
+
+def slots_of(spark: Any) -> int:
+    """How many of the run's tasks can run at once: Spark's task slots, and the shuffle
+    partitions the tasks are grouped into (tasks sharing one run one after the other)."""
+    parallelism = int(spark.sparkContext.defaultParallelism)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    return min(parallelism, partitions)
+
+
+def reset_policies(topology: Topology, internal_topics: list[str]) -> dict[str, str]:
+    """Per source topic, where a task without a committed position starts."""
+    policies = {topic: "earliest" for topic in internal_topics}
+    for node in topology.nodes.values():
+        if hasattr(node, "offset_reset") and hasattr(node, "topics"):
+            for topic in node.topics:
+                policies.setdefault(topic, node.offset_reset)
+    return policies
+
+
+def epoch_rows(spark: Any, group_keys: dict[str, str], task_ids: list[str]) -> Any:
+    """The streaming DataFrame ``(task, epoch)`` of the run."""
+    from processor_api.spark.epoch_source import EPOCH_FORMAT, EpochSource
+
+    spark.dataSource.register(EpochSource)
+    return (
+        spark.readStream.format(EPOCH_FORMAT)
+        .option("tasks", json.dumps([group_keys[task_id] for task_id in task_ids]))
+        .load()
+    )
+
+
+def end_epochs(state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str]) -> int:
+    """Ask every host of the application's tasks on this machine to commit and end its
+    running epoch now; returns how many answered. Hosts elsewhere end with the query."""
+    answered = 0
+    for task_id in task_ids:
+        try:
+            name = (Path(state_dir) / application_id / task_id / HOST_FILE).read_text().strip()
+        except OSError:
+            continue
+        try:
+            reply = request(name, EndEpochRequest(), timeout_s=10.0)
+        except (OSError, ConnectionError):
+            continue
+        if reply is not None:
+            answered += 1
+    return answered
