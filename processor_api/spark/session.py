@@ -77,10 +77,16 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
 #: longer sees a record (tasks read their own input in task hosts): it plans offset ranges,
 #: keeps a few rows of GroupState and schedules Spark tasks, so start-up matters more than
 #: peak JIT code: C1 only (``TieredStopAtLevel=1``) compiles quickly, and the serial collector
-#: starts no GC worker threads on a small machine. ``--spark-conf
+#: starts no GC worker threads on a small machine. The heap starts at 32 MB and gives memory
+#: back (the JVM's default initial heap is 1/64 of the machine's memory, and its young
+#: generation, sized from it, is touched page by page as the planner allocates: resident
+#: memory then grows to it although little stays live). ``--spark-conf
 #: spark.driver.extraJavaOptions=...`` replaces these (an empty value: the JVM's defaults);
 #: ``PROCESSOR_API_DRIVER_JAVA_OPTIONS`` does the same from the environment.
-DEFAULT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+DEFAULT_DRIVER_JAVA_OPTIONS = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -XX:MinHeapFreeRatio=10 "
+    "-XX:MaxHeapFreeRatio=30"
+)
 
 
 def _driver_launch_conf(settings: RunSettings, quiet: bool = True) -> dict[str, str]:

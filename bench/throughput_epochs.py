@@ -1,0 +1,47 @@
+"""End-to-end throughput of a run in epochs against micro-batches, the hand loop and Quix.
+
+``python -m bench.throughput_epochs [RECORDS ...] [--reps N]``: count per key over 3 partitions
+(``bench/throughput.py``), every contender ``--available-now`` from a cold start, alternating,
+with the peak PSS of each contender's process tree; writes
+``bench/results/throughput-epochs-<size>.json`` (machine, load, commands, runs, medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from bench.common import RESULTS_DIR, Broker, ensure_environments, log, machine_info
+from bench.throughput import EPOCHS, run_size
+
+CONTENDERS = {"processor_api", EPOCHS, "hand_loop", "quixstreams"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.throughput_epochs")
+    parser.add_argument("sizes", nargs="*", type=int, default=[2_000_000])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--only", default=None, help="comma-separated contender names")
+    args = parser.parse_args()
+    include = set(args.only.split(",")) if args.only else CONTENDERS
+    problems = ensure_environments()
+    broker = Broker.start()
+    try:
+        for records in args.sizes:
+            result = run_size(broker, records, args.reps, include)
+            result["machine"] = machine_info()
+            result["loadavg_at_end"] = list(os.getloadavg())
+            result["environment_problems"] = problems
+            tag = f"{records // 1000}k" if records < 1_000_000 else f"{records // 1_000_000}M"
+            out = RESULTS_DIR / f"throughput-epochs-{tag}.json"
+            out.write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
+            log(f"wrote {out}")
+            for name, summary in result.get("summary", {}).items():
+                log(f"{tag} {name}: {json.dumps(summary, default=str)[:300]}")
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
