@@ -166,6 +166,7 @@ class TopologyRunner:
                 "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
                 "state_restore_listener": self.config.state_restore_listener,
                 "commit_interval_ms": self.config.commit_interval_ms,
+                "task_timeout_ms": self.config.task_timeout_ms,
                 **self.config.extra,
             },
             log_format=self.settings.log_format,
