@@ -29,7 +29,11 @@ run: $(STAMP)
 
 ## test: the whole suite (unit, driver, integration with a real broker and local Spark)
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## test-slow: the long fault scenarios only (marked slow)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 ## test-fast: everything that needs neither the broker nor Spark
 test-fast: $(STAMP)

@@ -126,6 +126,9 @@ class StreamsConfig:
     #: ``schema.registry.*`` settings as ``SchemaRegistryClient`` config (``url``,
     #: ``basic.auth.user.info``, ...), for the registry serdes that name no registry
     schema_registry: dict[str, Any] = field(default_factory=dict)
+    #: How long a task may wait for the broker before it fails (Kafka Streams'
+    #: ``task.timeout.ms``, KIP-572): outages shorter than this are ridden out.
+    task_timeout_ms: int = 300_000
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -181,6 +184,9 @@ class StreamsConfig:
             if interval < 0:
                 raise ConfigError(f"commit_interval_ms must be >= 0, got {interval}")
             self.commit_interval_ms = interval
+        self.task_timeout_ms = _milliseconds("task_timeout_ms", self.task_timeout_ms)
+        if self.task_timeout_ms < 0:
+            raise ConfigError(f"task_timeout_ms must be >= 0, got {self.task_timeout_ms}")
         if self.stream_time_idle_advance_ms is not None:
             idle = _milliseconds("stream_time_idle_advance_ms", self.stream_time_idle_advance_ms)
             if idle < 1:

@@ -142,3 +142,23 @@ class SourceReadError(StreamsError):
         if offset is not None:
             where += f", offset={offset}"
         super().__init__(f"{message} ({where})")
+
+
+class StalledReadError(SourceReadError):
+    """No record and no end of partition came from the broker within a read's stall timeout
+    (the broker is unreachable or does not answer): worth retrying while a task may wait."""
+
+
+class TaskTimeoutError(StreamsError):
+    """A task waited for the broker longer than ``task.timeout.ms``; names the task, the broker,
+    the client role and what it waited for."""
+
+
+class WaitInterrupted(StreamsError):
+    """A wait for the broker was cut short: the run stops, or the task moved elsewhere."""
+
+
+class ProducerWedgedError(StreamsError):
+    """A transactional producer's call did not return although its timeout ran out (a
+    librdkafka bug while a coordinator is unreachable): its transaction is abandoned and the
+    task goes on with a new producer, which fences the old one."""

@@ -49,7 +49,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from processor_api.errors import MissingTopicError, StreamsError
+from processor_api.errors import BrokerUnavailableError, MissingTopicError, StreamsError
 from processor_api.kafka.admin import client_config, topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
@@ -263,7 +263,7 @@ def _fetch_ends(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 pending = sorted(set(starts) - set(ends))
-                raise StreamsError(
+                raise BrokerUnavailableError(
                     f"end offsets ({isolation_level}) of "
                     + ", ".join(f"{t}[{p}] (fetching from {starts[(t, p)]})" for t, p in pending)
                     + f" on {bootstrap} not known within {timeout_s:g}s"

@@ -50,8 +50,10 @@ _log = get_logger(__name__)
 
 #: Delivery timeout: how long librdkafka retries a record before reporting it failed.
 DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
-#: Transaction timeout of transactional producers (must be >= message.timeout.ms).
+#: Transaction timeout of transactional producers (at least message.timeout.ms).
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: Apache Kafka's default ``transaction.max.timeout.ms``: a broker refuses a longer one.
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
 #: produce() serves delivery callbacks (poll) once per this many records, not per record.
 _POLL_EVERY = 256
 
@@ -62,12 +64,15 @@ def make_producer(
     transactional_id: str | None = None,
     extra_config: Mapping[str, Any] | None = None,
     kafka: KafkaClientConfig | None = None,
+    message_timeout_ms: int = DEFAULT_MESSAGE_TIMEOUT_MS,
 ) -> Producer:
     """A ``confluent_kafka.Producer`` configured for safe, ordered, Java-compatible delivery.
 
     ``transactional_id`` makes it transactional (call ``init_transactions()`` before use).
     The user's producer settings (``kafka``) override the defaults below, ``extra_config``
-    entries override both.
+    entries override both. ``message_timeout_ms``: how long a record may wait in the queue for
+    the broker before it fails (a task's producer gets one past ``task.timeout.ms``, so an
+    outage the task rides out loses no record); the transaction timeout follows it.
     """
     config = client_config(
         bootstrap_servers,
@@ -84,14 +89,17 @@ def make_producer(
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 100_000,
             "queue.buffering.max.kbytes": 262_144,
-            "message.timeout.ms": DEFAULT_MESSAGE_TIMEOUT_MS,
+            "message.timeout.ms": message_timeout_ms,
             "request.timeout.ms": 10_000,
             "socket.keepalive.enable": True,
         },
     )
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
-        config["transaction.timeout.ms"] = DEFAULT_TRANSACTION_TIMEOUT_MS
+        # librdkafka refuses a transaction timeout below the message timeout
+        config["transaction.timeout.ms"] = max(
+            DEFAULT_TRANSACTION_TIMEOUT_MS, int(config["message.timeout.ms"])
+        )
     config.update(extra_config or {})
     return Producer(config)
 
@@ -445,6 +453,12 @@ class DeliveryTracker:
                 f"{', '.join(repr(t) for t in topics) or '?'} were not acknowledged within "
                 f"{timeout_s:g}s"
             )
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for every record to be acknowledged or failed; returns how
+        many are still waiting (failures are kept for :meth:`flush_and_check`). Raises
+        ``DeliveryError`` for a fatal producer error or a delivery callback that raised."""
+        return self._flush(timeout_s)
 
     def _flush(self, timeout_s: float) -> int:
         """``Producer.flush``, then the reports folded in and callback errors raised."""

@@ -7,7 +7,7 @@ stores). A range ends when a record at or past ``end`` arrives, when the consume
 reaches ``end`` (offsets taken by transaction markers, aborted records under
 ``read_committed`` or compacted-away records are skipped by the broker and never delivered, so
 they are not waited for), or when partition-EOF is reported at or past ``end``. No progress for
-``stall_timeout_s`` raises :class:`~processor_api.errors.SourceReadError` naming topic,
+``stall_timeout_s`` raises :class:`~processor_api.errors.StalledReadError` naming topic,
 partition and offset.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from processor_api.errors import SourceReadError
+from processor_api.errors import SourceReadError, StalledReadError
 from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
@@ -219,7 +219,7 @@ def _read_bounded(
                 broker_end = (
                     f"; the broker reports its end at {eof_at}" if eof_at is not None else ""
                 )
-                raise SourceReadError(
+                raise StalledReadError(
                     f"no record at or after offset {position} arrived within "
                     f"{stall_timeout_s:g}s while reading the planned range {start}..{end}"
                     f"{' from ' + source if source else ''}{broker_end}",
@@ -307,7 +307,7 @@ def read_to_end(
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
                 topic, partition = min(pending)
-                raise SourceReadError(
+                raise StalledReadError(
                     f"neither a record nor the end of the partition arrived within "
                     f"{stall_timeout_s:g}s{' from ' + source if source else ''}",
                     topic=topic,

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -36,13 +37,18 @@ from processor_api.errors import StreamsError
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import transactional_id
 from processor_api.kafka.offsets import end_offsets
-from processor_api.kafka.producer import DeliveryTracker, make_producer
+from processor_api.kafka.producer import DEFAULT_MESSAGE_TIMEOUT_MS, DeliveryTracker, make_producer
 from processor_api.kafka.reader import PartitionReader
 from processor_api.logging import get_logger
+
+if TYPE_CHECKING:
+    from processor_api.runtime.patience import Patience
 
 _log = get_logger("processor_api.transactions")
 
 INIT_TIMEOUT_S = 30.0
+#: With a task's patience: init_transactions waits at most this long per try.
+INIT_STEP_S = 5.0
 MARKER_READ_TIMEOUT_S = 30.0
 OWNER_FILE = ".txn-owner"
 
@@ -87,10 +93,14 @@ class TransactionalProducers:
         producer_config: dict | None = None,
         *,
         kafka: KafkaClientConfig | None = None,
+        patience: Patience | None = None,
+        message_timeout_ms: int = DEFAULT_MESSAGE_TIMEOUT_MS,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._config = dict(producer_config or {})
         self._kafka = kafka
+        self._patience = patience
+        self._message_timeout_ms = message_timeout_ms
         self._producers: dict[str, tuple[DeliveryTracker, str]] = {}
 
     def for_task(self, application_id: str, task_id: str, directory: Path) -> DeliveryTracker:
@@ -107,15 +117,30 @@ class TransactionalProducers:
             self.drop(task_id)
         txn_id = transactional_id(application_id, task_id)
         producer = make_producer(
-            self._bootstrap, transactional_id=txn_id, extra_config=self._config, kafka=self._kafka
-        )
-        transaction_step(
-            "init_transactions",
-            txn_id,
             self._bootstrap,
-            INIT_TIMEOUT_S,
-            lambda: producer.init_transactions(INIT_TIMEOUT_S),
+            transactional_id=txn_id,
+            extra_config=self._config,
+            kafka=self._kafka,
+            message_timeout_ms=self._message_timeout_ms,
         )
+        if self._patience is None:
+            transaction_step(
+                "init_transactions", txn_id, self._bootstrap, INIT_TIMEOUT_S,
+                lambda: producer.init_transactions(INIT_TIMEOUT_S),
+            )  # fmt: skip
+        else:  # an outage is waited out; a timed-out init_transactions may be called again
+            self._patience.call(
+                "transactional producer",
+                f"init_transactions of transactional id {txn_id!r}",
+                lambda: transaction_step(
+                    "init_transactions",
+                    txn_id,
+                    self._bootstrap,
+                    INIT_STEP_S,
+                    lambda: producer.init_transactions(INIT_STEP_S),
+                ),  # fmt: skip
+                step_s=INIT_STEP_S,
+            )
         instance = uuid.uuid4().hex[:16]
         directory.mkdir(parents=True, exist_ok=True)
         tmp = owner_path.with_suffix(".tmp")

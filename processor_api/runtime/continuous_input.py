@@ -16,6 +16,7 @@ guarantee (commit markers, group offsets).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,11 @@ _FATAL_CODES = (
 #: Records taken from the consumer per poll (Kafka Streams' ``max.poll.records`` is 1,000;
 #: Python pays per call, so more per call, still handed out as soon as they are there).
 POLL_RECORDS = 5_000
+#: Input silent this long (no record, no end of partition) makes the task ask the broker
+#: whether it is there: a consumer says nothing while its broker is gone.
+PROBE_AFTER_S = 5.0
+#: How long that question waits for an answer.
+PROBE_TIMEOUT_S = 2.0
 
 
 class ContinuousInput:
@@ -89,6 +95,9 @@ class ContinuousInput:
         self._bounds: dict[str, int] = {}
         self._paused: set[str] = set()
         self._topics: list[str] = []
+        self._answered_at = time.monotonic()  # the broker last answered (a fetch, a probe)
+        self._probed_at = 0.0
+        self._unreachable_since: float | None = None
         self._log = get_logger("processor_api.task_input", task=task_id)
 
     # ------------------------------------------------------------------ position
@@ -135,6 +144,11 @@ class ContinuousInput:
             first = consumer.poll(timeout_s)
             if first is not None:
                 messages = [first, *consumer.consume(self.poll_records - 1, 0)]
+        now = time.monotonic()
+        if messages:
+            self._answered_at, self._unreachable_since = now, None
+        elif now - max(self._answered_at, self._probed_at) >= PROBE_AFTER_S:
+            self._probe(consumer)
         overshot: set[str] = set()
         records = self._to_records(messages, overshot)
         for topic in overshot:  # fetched past its end: read again from there later
@@ -142,6 +156,29 @@ class ContinuousInput:
         self._advance_skipped()
         self._pause_reached()
         return records
+
+    @property
+    def topics(self) -> list[str]:
+        """The input topics assigned."""
+        return list(self._topics)
+
+    @property
+    def unreachable_since(self) -> float | None:
+        """Since when (monotonic) the broker has not answered, while it does not; else None."""
+        return self._unreachable_since
+
+    def _probe(self, consumer: Consumer) -> None:
+        """Ask for the cluster's metadata (all topics: naming one may create it on some
+        brokers); no answer within :data:`PROBE_TIMEOUT_S` means the broker is unreachable."""
+        self._probed_at = time.monotonic()
+        try:
+            consumer.list_topics(timeout=PROBE_TIMEOUT_S)
+        except KafkaException as exc:
+            if self._unreachable_since is None:
+                self._unreachable_since = self._answered_at
+                self._log.debug("broker_unreachable", error=str(exc))
+            return
+        self._answered_at, self._unreachable_since = time.monotonic(), None
 
     def _to_records(self, messages: list[Any], overshot: set[str]) -> list[InputRecord]:
         records: list[InputRecord] = []

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.task import Task
-from processor_api.errors import StreamsError
+from processor_api.errors import ProducerWedgedError, StreamsError, WaitInterrupted
 from processor_api.kafka.offsets import end_offsets
 from processor_api.runtime.continuous_input import ContinuousInput
 from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
@@ -38,6 +38,20 @@ from processor_api.runtime.task_runner import TaskRunner
 MAX_POLL_WAIT_S = 0.2
 #: Global stores are caught up at most this often in a running epoch.
 GLOBAL_CATCH_UP_S = 1.0
+#: A run that stops ends a wait for an unreachable broker after this long: the epoch ends
+#: without committing what followed its last commit (done again by the next run).
+STOP_WAIT_S = 5.0
+
+
+def _interruption(control: EpochControl, waited_s: float) -> str | None:
+    """Why a wait for the broker must end now, if it must."""
+    if not control.connected():
+        return "the Spark task of the epoch is gone"
+    if control.release_requested():
+        return "another host takes the task"
+    if control.end_requested() and waited_s >= STOP_WAIT_S:
+        return f"the run stops (waited {waited_s:.0f}s)"
+    return None
 
 
 class EpochAbandoned(StreamsError):
@@ -76,10 +90,26 @@ class EpochTaskRunner(TaskRunner):
         self._dirty = False  # something to commit since the last commit
         self._counts = _Counts()
         self._last_global_catch_up = 0.0
+        self._last_commit_json: str | None = None  # survives the task being dropped
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
         """One epoch of the task (see the module docs)."""
+        self._patience.interrupted = lambda waited_s: _interruption(control, waited_s)
+        self._last_commit_json = request.state_json
+        try:
+            return self._run_epoch(request, control)
+        except WaitInterrupted as exc:
+            if not control.connected() or control.release_requested():
+                dropped = self._abandon_batch() if self._task is not None else 0
+                raise EpochAbandoned(
+                    f"task {self.task_id}: {exc}; {dropped} uncommitted store writes dropped"
+                ) from None
+            return self._end_uncommitted(exc)
+        finally:
+            self._patience.interrupted = lambda waited_s: None
+
+    def _run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
         rebuilt, restored = self._resume(request.state_json)
         task = self._task
         assert task is not None
@@ -89,7 +119,7 @@ class EpochTaskRunner(TaskRunner):
         stream.set_bounds(self._bounds(end))
         try:
             self._loop(task, stream, request, control, end)
-        except EpochAbandoned:
+        except (EpochAbandoned, WaitInterrupted):
             raise
         except BaseException:
             if self._task is not None:  # a failed commit has dropped it already
@@ -109,6 +139,26 @@ class EpochTaskRunner(TaskRunner):
             inits=self.inits,
             rebuilt=rebuilt,
             dropped_records=counts.dropped,
+        )
+
+    def _end_uncommitted(self, interrupted: WaitInterrupted) -> EpochReply:
+        """The run stops while the broker does not answer: end the epoch at once, dropping
+        what followed the last commit (the task is rebuilt from there by the next run)."""
+        dropped = self._abandon_batch() if self._task is not None else 0
+        self._dirty = False
+        self._log.warning(
+            "epoch_ended_uncommitted", buffered_writes_dropped=dropped, detail=str(interrupted)
+        )
+        counts, self._counts = self._counts, _Counts()
+        return EpochReply(
+            metadata_json=self._last_commit_json or TaskMetadata().to_json(),
+            processed=counts.processed,  # some of it is done again (counted again) next run
+            outputs=counts.outputs,
+            changelog_records=counts.changelog_records,
+            restored=0,
+            commits=counts.commits,
+            inits=self.inits,
+            rebuilt=False,
         )
 
     def _loop(
@@ -136,6 +186,7 @@ class EpochTaskRunner(TaskRunner):
             if deadline is not None:
                 wait_s = min(wait_s, max(0.0, deadline - now))
             self._step(task, stream, self._punctuation_wait_s(task, wait_s))
+            self._patience.observe("consumer", self._waiting_for_input, stream.unreachable_since)
             now = time.monotonic()
             finished = (
                 control.end_requested()
@@ -143,11 +194,27 @@ class EpochTaskRunner(TaskRunner):
                 or (stream.has_bounds and stream.reached() and not task.buffered())
             )
             if finished or now >= next_commit or task.commit_requested:
-                self._commit()
+                try:
+                    self._commit()
+                except ProducerWedgedError as exc:
+                    # the commit dropped the task: rebuilt from its last commit with a new
+                    # producer (fencing the wedged one), it does again what was not committed
+                    self._log.warning("transaction_abandoned", detail=str(exc))
+                    self._resume(self._last_commit_json)
+                    task, stream = self._task, self._stream
+                    assert task is not None and stream is not None
+                    stream.set_bounds(self._bounds(end))
+                    self._open_batch()
+                    next_commit = time.monotonic() + interval_s
+                    continue
                 next_commit = time.monotonic() + interval_s
                 if finished:
                     return
                 self._open_batch()
+
+    def _waiting_for_input(self) -> str:
+        topics = self._stream.topics if self._stream is not None else []
+        return f"records of its input {', '.join(topics)} (partition {self.partition})"
 
     def keep_going(self, until: float, stop: Callable[[], bool]) -> None:
         """Between two epochs: go on processing (nothing is committed) until ``until``
@@ -155,9 +222,13 @@ class EpochTaskRunner(TaskRunner):
         task, stream = self._task, self._stream
         if task is None or stream is None:
             return
-        self._open_batch()
-        while not stop() and time.monotonic() < until:
-            self._step(task, stream, self._punctuation_wait_s(task, MAX_POLL_WAIT_S))
+        self._patience.interrupted = lambda waited_s: "an epoch came" if stop() else None
+        try:
+            self._open_batch()
+            while not stop() and time.monotonic() < until:
+                self._step(task, stream, self._punctuation_wait_s(task, MAX_POLL_WAIT_S))
+        finally:
+            self._patience.interrupted = lambda waited_s: None
 
     def drop_uncommitted(self) -> bool:
         """Drop the task if it did anything since its last commit (the next epoch rebuilds it
@@ -202,9 +273,13 @@ class EpochTaskRunner(TaskRunner):
             return
         now = time.monotonic()
         if now - self._last_global_catch_up >= GLOBAL_CATCH_UP_S:
-            assert self._collector is not None
-            self._global.before_batch(self._collector.send)
-            self._last_global_catch_up = now
+            collector, stores = self._collector, self._global
+            assert collector is not None
+            self._patience.call(
+                "global store reader", "the records of the global stores' topics",
+                lambda: stores.before_batch(collector.send),
+            )  # fmt: skip
+            self._last_global_catch_up = time.monotonic()
 
     # ----------------------------------------------------------------- commit
     def _commit(self) -> None:
@@ -229,6 +304,8 @@ class EpochTaskRunner(TaskRunner):
             metadata = self._guarantee.commit(metadata, self._group_offsets(task, stream))
             # 5. the buffered store writes applied, the local checkpoint written
             stores.commit(positions)
+        except WaitInterrupted:
+            raise  # the epoch ends without this commit (run_epoch)
         except BaseException:
             self._log.warning("task_commit_failed", buffered_writes_dropped=self._abandon_batch())
             raise
@@ -237,7 +314,7 @@ class EpochTaskRunner(TaskRunner):
         self._dirty = False
         self._commit_state = metadata.commit
         self._changelog_positions = dict(positions)
-        self._committed_json = metadata.to_json()
+        self._committed_json = self._last_commit_json = metadata.to_json()
         counts = self._counts
         counts.commits += 1
         counts.changelog_records += changelog_count
@@ -265,7 +342,7 @@ class EpochTaskRunner(TaskRunner):
             return False, 0
         if self._task is not None:
             self._abandon_open_batch()
-        restored = self._rebuild(TaskMetadata.from_json(state_json))
+        restored = self._rebuild_waiting(TaskMetadata.from_json(state_json))
         self._seek_input()
         self._dirty = False
         self._counts = _Counts()  # what was dropped is done again
@@ -298,11 +375,15 @@ class EpochTaskRunner(TaskRunner):
         """Per input topic, the offset this epoch ends at (None: no bound)."""
         topics = self.subtopology.source_topics
         if end.caught_up:
-            ends = end_offsets(
-                self.spec.bootstrap_servers,
-                [(topic, self.partition) for topic in topics],
-                isolation_level=self._guarantee.isolation_level,
-                kafka=self.spec.kafka,
+            ends = self._patience.call(
+                "offsets",
+                "the end offsets of its input",
+                lambda: end_offsets(
+                    self.spec.bootstrap_servers,
+                    [(topic, self.partition) for topic in topics],
+                    isolation_level=self._guarantee.isolation_level,
+                    kafka=self.spec.kafka,
+                ),
             )
             return {topic: offset for (topic, _), offset in ends.items()}
         if end.end_offsets is None:

@@ -47,6 +47,10 @@ class CatchUp:
     restoring: bool
 
 
+#: A catch-up without progress for this long raises (and is retried by the task's patience).
+STALL_TIMEOUT_S = 10.0
+
+
 class GlobalStores:
     """The global stores of ``topology`` in ``directory``, fed from Kafka (see module docs)."""
 
@@ -137,6 +141,8 @@ class GlobalStores:
                 # an idle partition answers fast: its EOF is the end
                 fetch={**LARGE_FETCH, "fetch.wait.max.ms": 10},
                 kafka=self._kafka,
+                # short: a task's wait for an unreachable broker retries it (task.timeout.ms)
+                stall_timeout_s=STALL_TIMEOUT_S,
             )
         task, positions = self.task, self.task.positions
         starts = {key: positions.get(key, 0) for key in self.partitions}

@@ -27,16 +27,19 @@ processed again and the stores are brought to the marker's changelog offsets.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from processor_api.engine.metadata import TaskMetadata
+from processor_api.errors import ProducerWedgedError
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.delivery import DeliveryFailureHandler
 from processor_api.kafka.group import GroupCommitter, committed_offsets, to_topic_partitions
 from processor_api.kafka.names import commit_marker_topic, transactional_id
-from processor_api.kafka.producer import DeliveryTracker, make_producer
+from processor_api.kafka.producer import DEFAULT_MESSAGE_TIMEOUT_MS, DeliveryTracker, make_producer
 from processor_api.kafka.transactions import (
     CommitMarker,
     TransactionalProducers,
@@ -47,6 +50,7 @@ from processor_api.kafka.transactions import (
 )
 from processor_api.logging import get_logger
 from processor_api.runtime.job import parse_task_id
+from processor_api.runtime.patience import Patience
 
 #: Offsets read from the end of a marker partition first when looking for an earlier marker.
 MARKER_TAIL = 64
@@ -101,6 +105,9 @@ class TaskCommitSettings:
     marker_partition: int  # the task's partition of the commit marker topic
     directory: Path  # the task's state directory
     kafka: KafkaClientConfig | None = None  # the user's Kafka client settings
+    #: how long the task waits for the broker (task.timeout.ms); None: one try per call
+    patience: Patience | None = None
+    message_timeout_ms: int = DEFAULT_MESSAGE_TIMEOUT_MS  # the producer's delivery timeout
 
 
 class CommitLog:
@@ -238,6 +245,49 @@ def _group_committer(settings: TaskCommitSettings) -> GroupCommitter:
     )
 
 
+#: A transaction or offset commit call waits at most this long per try during an outage.
+COMMIT_STEP_S = 3.0
+#: ``send_offsets_to_transaction`` may block past its timeout while the group coordinator is
+#: unreachable (confluentinc/librdkafka#5456, measured here: over 60 s for a 3 s timeout);
+#: beyond its timeout plus this, the producer is given up (:class:`ProducerWedgedError`).
+WEDGED_AFTER_S = 10.0
+
+
+def wait_acknowledged(
+    tracker: DeliveryTracker,
+    patience: Patience | None,
+    timeout_s: float,
+    on_failures: DeliveryFailureHandler | None = None,
+) -> None:
+    """Every record sent acknowledged (or reported failed, then handled): within
+    ``task.timeout.ms`` with ``patience`` (an outage is waited out), else ``timeout_s``."""
+    if patience is not None:
+        patience.until(
+            "producer",
+            lambda: f"the acknowledgement of {tracker.pending} record(s)",
+            lambda step_s: tracker.flush(step_s) == 0,
+        )
+    tracker.flush_and_check(timeout_s, on_failures)
+
+
+def commit_group(
+    group: GroupCommitter,
+    offsets: dict[tuple[str, int], int],
+    patience: Patience | None,
+    timeout_s: float,
+) -> None:
+    """Commit the task's input offsets to the group, an outage waited out with ``patience``."""
+    if patience is None:
+        group.commit(offsets, timeout_s)
+        return
+    patience.call(
+        "consumer group",
+        f"the commit of its input offsets to consumer group {group.group_id!r}",
+        lambda: group.commit(offsets, COMMIT_STEP_S),
+        step_s=COMMIT_STEP_S,
+    )
+
+
 def make_guarantee(exactly_once: bool, settings: TaskCommitSettings) -> Guarantee:
     """The strategy for the configured processing guarantee."""
     return ExactlyOnce(settings) if exactly_once else AtLeastOnce(settings)
@@ -253,6 +303,8 @@ class AtLeastOnce:
         self._config = settings.producer_config
         self._kafka = settings.kafka
         self._flush_timeout_s = settings.flush_timeout_s
+        self._patience = settings.patience
+        self._message_timeout_ms = settings.message_timeout_ms
         self._tracker: DeliveryTracker | None = None
         self._markers = _commit_log(settings)
         self._group = _group_committer(settings)
@@ -261,7 +313,12 @@ class AtLeastOnce:
     def producer(self) -> DeliveryTracker:
         if self._tracker is None:
             self._tracker = DeliveryTracker(
-                make_producer(self._bootstrap, extra_config=self._config, kafka=self._kafka)
+                make_producer(
+                    self._bootstrap,
+                    extra_config=self._config,
+                    kafka=self._kafka,
+                    message_timeout_ms=self._message_timeout_ms,
+                )
             )
         return self._tracker
 
@@ -274,17 +331,17 @@ class AtLeastOnce:
         self.producer.reset()
 
     def flush(self, on_failures: DeliveryFailureHandler | None = None) -> None:
-        self.producer.flush_and_check(self._flush_timeout_s, on_failures)
+        wait_acknowledged(self.producer, self._patience, self._flush_timeout_s, on_failures)
 
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """The batch's records are acknowledged: send its marker, then commit the offsets."""
         tracker = self.producer
         marked = self._markers.send(tracker, metadata)
-        tracker.flush_and_check(self._flush_timeout_s)
+        wait_acknowledged(tracker, self._patience, self._flush_timeout_s)
         committed = replace(
             marked, commit=replace(marked.commit, marker_end=self._markers.end_after_ack(tracker))
         )
-        self._group.commit(offsets)
+        commit_group(self._group, offsets, self._patience, self._flush_timeout_s)
         return committed
 
     def abandon(self) -> None:
@@ -304,6 +361,32 @@ class AtLeastOnce:
         self._tracker = None
 
 
+def _returning_within(limit_s: float, call: Callable[[], None], what: str) -> None:
+    """``call()`` in a thread of its own; :class:`ProducerWedgedError` when it has not
+    returned after ``limit_s`` (the thread stays blocked in librdkafka: the producer is given
+    up and the next one fences it)."""
+    outcome: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="transaction-call").start()
+    if not done.wait(limit_s):
+        raise ProducerWedgedError(
+            f"{what} did not return within {limit_s:g}s (librdkafka ignores the timeout while "
+            "the group coordinator is unreachable, confluentinc/librdkafka#5456): the "
+            "transaction is abandoned and a new producer fences this one"
+        )
+    if outcome:
+        raise outcome[0]
+
+
 class ExactlyOnce:
     """One Kafka transaction per task and micro-batch, with a commit marker inside."""
 
@@ -318,8 +401,13 @@ class ExactlyOnce:
         self._directory = settings.directory
         self._markers = _commit_log(settings, transactional=True)
         self._group = _group_committer(settings)
+        self._patience = settings.patience
         self._producers = TransactionalProducers(
-            settings.bootstrap_servers, settings.producer_config, kafka=settings.kafka
+            settings.bootstrap_servers,
+            settings.producer_config,
+            kafka=settings.kafka,
+            patience=settings.patience,
+            message_timeout_ms=settings.message_timeout_ms,
         )
         self._in_transaction = False
         self._log = get_logger("processor_api.guarantee", task=settings.task_id)
@@ -354,7 +442,7 @@ class ExactlyOnce:
         self._in_transaction = True
 
     def flush(self, on_failures: DeliveryFailureHandler | None = None) -> None:
-        self.producer.flush_and_check(self._flush_timeout_s, on_failures)
+        wait_acknowledged(self.producer, self._patience, self._flush_timeout_s, on_failures)
 
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """Add the commit marker and the input offsets to the transaction and commit it."""
@@ -365,29 +453,45 @@ class ExactlyOnce:
             self.writer,
             {topic: offset for (topic, _), offset in offsets.items()},
         )
-        tracker.flush_and_check(self._flush_timeout_s)
+        wait_acknowledged(tracker, self._patience, self._flush_timeout_s)
         marker_end = self._markers.end_after_ack(tracker)
         if offsets:
-            transaction_step(
+            group_metadata = self._group.group_metadata()
+            self._transaction_call(
                 "send_offsets_to_transaction",
-                self._txn_id,
-                self._bootstrap,
-                self._flush_timeout_s,
-                lambda: tracker.producer.send_offsets_to_transaction(
-                    to_topic_partitions(offsets),
-                    self._group.group_metadata(),
-                    self._flush_timeout_s,
+                lambda timeout_s: _returning_within(
+                    timeout_s + WEDGED_AFTER_S,
+                    lambda: tracker.producer.send_offsets_to_transaction(
+                        to_topic_partitions(offsets), group_metadata, timeout_s
+                    ),
+                    f"send_offsets_to_transaction of transactional id {self._txn_id!r} on "
+                    f"{self._bootstrap} (timeout {timeout_s:g}s)",
                 ),
             )
-        transaction_step(
+        self._transaction_call(
             "commit_transaction",
-            self._txn_id,
-            self._bootstrap,
-            self._flush_timeout_s,
-            lambda: tracker.producer.commit_transaction(self._flush_timeout_s),
+            lambda timeout_s: tracker.producer.commit_transaction(timeout_s),
         )
         self._in_transaction = False
         return replace(marked, commit=replace(marked.commit, marker_end=marker_end))
+
+    def _transaction_call(self, step: str, call: Callable[[float], None]) -> None:
+        """One transaction call; with patience a timed-out call is made again (librdkafka
+        allows it for retriable errors) until ``task.timeout.ms`` ran out."""
+        if self._patience is None:
+            transaction_step(
+                step, self._txn_id, self._bootstrap, self._flush_timeout_s,
+                lambda: call(self._flush_timeout_s),
+            )  # fmt: skip
+            return
+        self._patience.call(
+            "transactional producer",
+            f"{step} of transactional id {self._txn_id!r}",
+            lambda: transaction_step(
+                step, self._txn_id, self._bootstrap, COMMIT_STEP_S, lambda: call(COMMIT_STEP_S)
+            ),
+            step_s=COMMIT_STEP_S,
+        )
 
     def abandon(self) -> None:
         if self._in_transaction:

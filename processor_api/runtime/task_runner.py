@@ -41,6 +41,7 @@ from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import BatchStamp
 from processor_api.kafka.collector import KafkaCollector
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
+from processor_api.kafka.producer import MAX_TRANSACTION_TIMEOUT_MS
 from processor_api.kafka.reader import read_changelog
 from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
@@ -49,6 +50,7 @@ from processor_api.runtime.global_stores import GlobalStores
 from processor_api.runtime.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
+from processor_api.runtime.patience import Patience
 from processor_api.runtime.pending_input import (
     HeldBackInput,
     broker_lags,
@@ -57,6 +59,11 @@ from processor_api.runtime.pending_input import (
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.topology import SubTopology, Topology
+
+#: A record may wait in the producer's queue this much longer than ``task.timeout.ms`` plus
+#: ``commit.interval.ms``: a task whose commit waits out an outage never sees one of its
+#: records fail first (the commit's wait, bounded by task.timeout.ms, ends before).
+DELIVERY_MARGIN_MS = 30_000
 
 #: Punctuations between micro-batches stop when no micro-batch came for this long (a stopped
 #: query, or a task that moved to another executor, must not keep firing here).
@@ -109,6 +116,7 @@ class TaskRunner:
         self.topology = topology
         self.directory = task_directory(spec.state_dir, self.app_id, task_id)
         self._lock = lock
+        self._patience = Patience(task_id, spec.bootstrap_servers, self.config.task_timeout_ms)
         self._guarantee = self._make_guarantee()
         self._task: Task | None = None
         self._stores: TaskStores | None = None
@@ -147,6 +155,11 @@ class TaskRunner:
             marker_partition=spec.task_ids.index(self.task_id),
             directory=self.directory,
             kafka=spec.kafka,
+            patience=self._patience,
+            message_timeout_ms=min(
+                self.config.task_timeout_ms + self.config.commit_interval + DELIVERY_MARGIN_MS,
+                MAX_TRANSACTION_TIMEOUT_MS,
+            ),
         )
         return make_guarantee(self.config.exactly_once, settings)
 
@@ -158,7 +171,7 @@ class TaskRunner:
         if self._task is not None and state_json != self._committed_json:
             self._abandon_open_batch()
         if self._task is None or state_json != self._committed_json:
-            restored = self._rebuild(TaskMetadata.from_json(state_json))
+            restored = self._rebuild_waiting(TaskMetadata.from_json(state_json))
             rebuilt = True
         task, stores, collector = self._task, self._stores, self._collector
         failures = self._delivery_failures
@@ -170,7 +183,11 @@ class TaskRunner:
         try:
             self._open_batch()
             if self._global is not None:
-                self._global.before_batch(collector.send)
+                global_stores = self._global
+                self._patience.call(
+                    "global store reader", "the records of the global stores' topics",
+                    lambda: global_stores.before_batch(collector.send),
+                )  # fmt: skip
             reread = self._held_back.reread(ranges) if rebuilt else []
             records = self._input.read(
                 [InputRange(t, self.partition, a, b) for t, a, b in reread] + ranges
@@ -286,6 +303,14 @@ class TaskRunner:
         self._guarantee.abandon()
         self._drop_task()
         return dropped
+
+    def _rebuild_waiting(self, metadata: TaskMetadata) -> int:
+        """:meth:`_rebuild`, done again while the broker does not answer (commit markers,
+        changelogs, the transactional producer's init), up to ``task.timeout.ms``."""
+        return self._patience.call(
+            "recovery", "its recovery (commit markers, changelog restore, producer init)",
+            lambda: self._rebuild(metadata),
+        )  # fmt: skip
 
     def _rebuild(self, metadata: TaskMetadata) -> int:
         """Drop the current task (if any) and build it anew from ``metadata``."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.logging import get_logger
 from processor_api.runtime.host_client import exchange, raise_remote_error
@@ -27,9 +28,9 @@ from processor_api.spark.task_function import worker_setup
 from processor_api.spark.task_keys import task_id_of
 from processor_api.state.manager import task_directory
 
-#: Beyond the epoch's length, how long a call waits for its host to commit and answer (a
-#: commit waits at most for its flush, ``JobSpec.flush_timeout_s``, per step).
-ANSWER_GRACE_S = 300.0
+#: Beyond the epoch's length and ``task.timeout.ms`` (the longest a commit at its end may wait
+#: for the broker), how long a call waits for its host to answer.
+ANSWER_GRACE_S = 60.0
 
 
 def _epoch(frames: Iterator[pd.DataFrame]) -> int:
@@ -56,7 +57,8 @@ def run_epoch(
         epoch=epoch,
         end=end,
     )
-    timeout_s = None if end.duration_s is None else end.duration_s + ANSWER_GRACE_S
+    task_timeout_s = StreamsConfig.from_dict(spec.config).task_timeout_ms / 1000
+    timeout_s = None if end.duration_s is None else end.duration_s + task_timeout_s + ANSWER_GRACE_S
     reply = exchange(directory, spec.log_format, request, timeout_s=timeout_s)
     if not isinstance(reply, EpochReply):
         raise_remote_error(reply)

@@ -22,7 +22,7 @@ def explain_failure(exc: BaseException) -> str:
     ]
     for match in reversed(matches):
         if "processor_api" in match.group(1) or match.group(1).endswith(
-            ("ProcessingError", "StreamsError", "DeliveryError", "StoreError")
+            ("ProcessingError", "StreamsError", "DeliveryError", "StoreError", "TimeoutError")
         ):
             return f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2).strip()}"
     if matches:

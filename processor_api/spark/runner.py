@@ -162,6 +162,7 @@ class TopologyRunner:
                 "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
                 "state_restore_listener": self.config.state_restore_listener,
                 "commit_interval_ms": self.config.commit_interval_ms,
+                "task_timeout_ms": self.config.task_timeout_ms,
                 **self.config.extra,
                 # the executors' registry serdes that name no registry use these
                 **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},

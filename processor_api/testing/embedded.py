@@ -130,6 +130,9 @@ def _cleanup(process: subprocess.Popen[bytes], workdir: str, timeout_s: float) -
 class EmbeddedKafka:
     """A Tansu broker on ``127.0.0.1:port`` (a free port when ``port`` is None).
 
+    ``advertised_port``: the port the broker tells clients to connect to (its own by default);
+    a fault-injection proxy in front of it gives its own, so every client goes through it.
+
     Use as a context manager, or call :meth:`start` and :meth:`stop`. If the object is garbage
     collected or the interpreter exits while the broker runs, the broker is stopped too.
     """
@@ -138,11 +141,13 @@ class EmbeddedKafka:
         self,
         port: int | None = None,
         *,
+        advertised_port: int | None = None,
         startup_timeout_s: float = 30.0,
         stop_timeout_s: float = 10.0,
     ) -> None:
         self._requested_port = port
         self._port: int | None = port
+        self._advertised_port = advertised_port
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
@@ -206,13 +211,14 @@ class EmbeddedKafka:
         workdir = tempfile.mkdtemp(prefix="processor-api-tansu-")
         log_path = Path(workdir) / "tansu.log"
         url = f"tcp://127.0.0.1:{port}"
+        advertised = f"tcp://127.0.0.1:{self._advertised_port or port}"
         command = [
             binary,
             "broker",
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            advertised,
             "--storage-engine",
             "memory://tansu/",
         ]
