@@ -380,3 +380,33 @@ def build_trade_enrichment(
         )
         .add_sink("out", output_topic, "enrich", key_serde=string, value_serde=string)
     )
+
+
+class ForgetfulCounter(Processor):
+    """Counts per key in a store with a time to live; forwards ``(key, count)``."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.counts = context.get_state_store("recent-counts")
+
+    def process(self, record: Record) -> None:
+        count = (self.counts.get(record.key) or 0) + 1
+        self.counts.put(record.key, count)
+        self.context.forward(record.with_value(count))
+
+
+def build_forgetful_count(
+    input_topic: str = "ttl-in", output_topic: str = "ttl-out", ttl_ms: int = 1_000
+) -> Topology:
+    """Counts per key that restart after ``ttl_ms`` of stream time without the key."""
+    string, long = Serdes.string(), Serdes.long()
+    store = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("recent-counts"), string, long
+    ).with_ttl(ttl_ms)
+    return (
+        Topology()
+        .add_source("in", input_topic, key_serde=string, value_serde=string)
+        .add_processor("count", ForgetfulCounter, "in")
+        .add_state_store(store, "count")
+        .add_sink("out", output_topic, "count", key_serde=string, value_serde=long)
+    )

@@ -1,0 +1,74 @@
+"""A store with a time to live on Spark: counts restart after the key was idle for the TTL
+of stream time, the same as in the test driver, also after the state dir is wiped and the
+store restored from its changelog (expired entries were deleted there with tombstones)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from processor_api.serdes import Serdes
+from processor_api.spark.runner import TopologyRunner
+from processor_api.testing import TopologyTestDriver
+from tests.harness.runs import settings_for
+from tests.harness.topics import TopicReader, produce, uid
+from tests.integration.topologies_for_tests import build_forgetful_count
+
+pytestmark = pytest.mark.integration
+
+# (key, timestamp): "a" idles 1,900 ms (> 1,000) before its third record, "b" never
+FIRST = [("a", 100), ("b", 150), ("a", 300), ("b", 900), ("b", 1_500), ("b", 2_100), ("a", 2_200)]
+SECOND = [("a", 2_300), ("b", 2_400), ("a", 5_000), ("b", 5_100)]
+
+
+def _expected(records: list[tuple[str, int]], topics: dict[str, str]) -> list[tuple[str, int]]:
+    with TopologyTestDriver(build_forgetful_count(**topics)) as driver:
+        source = driver.create_input_topic(topics["input_topic"])
+        for key, timestamp in records:
+            source.pipe_input(key, "x", timestamp)
+        output = driver.create_output_topic(topics["output_topic"])
+        return [(kv.key, kv.value) for kv in output.read_key_values_to_list()]
+
+
+def _run(kafka, spark, tmp_path, run_id, topics, epochs: bool) -> None:
+    settings = settings_for(
+        kafka.bootstrap_servers,
+        f"ttl-{run_id}",
+        tmp_path / "state",
+        checkpoint_dir=str(tmp_path / "checkpoint"),
+        available_now=True,
+        epochs=epochs,
+    )
+    TopologyRunner(
+        "tests.integration.topologies_for_tests:build_forgetful_count",
+        settings,
+        topology_kwargs=topics,
+        spark=spark,
+    ).run()
+
+
+@pytest.mark.parametrize("epochs", [False, True], ids=["micro-batches", "epochs"])
+def test_counts_restart_after_the_ttl_also_after_a_restore(kafka, spark, tmp_path, epochs):
+    run_id = uid()
+    topics = {"input_topic": f"ttl-in-{run_id}", "output_topic": f"ttl-out-{run_id}"}
+    kafka.create_topic(topics["input_topic"], 1)  # one task: stream time over every key
+    kafka.create_topic(topics["output_topic"], 1)
+
+    def send(records):
+        produce(kafka.bootstrap_servers, topics["input_topic"],
+                [(k.encode(), b"x", 0, ts) for k, ts in records])  # fmt: skip
+
+    send(FIRST)
+    _run(kafka, spark, tmp_path, run_id, topics, epochs)
+    shutil.rmtree(tmp_path / "state")  # the store comes back from its changelog
+    send(SECOND)
+    _run(kafka, spark, tmp_path, run_id, topics, epochs)
+
+    expected = _expected(FIRST + SECOND, topics)
+    assert [count for key, count in expected if key == "a"] == [1, 2, 1, 2, 1]
+    with TopicReader(
+        kafka.bootstrap_servers, topics["output_topic"], bytes.decode, Serdes.long().deserialize
+    ) as out:
+        got = out.wait_for(lambda r: len(r) >= len(expected), timeout_s=60)
+    assert [(r.key, r.value) for r in got] == expected
