@@ -71,7 +71,12 @@ def test_a_fenced_producer_fails_the_flush_instead_of_deadlocking_in_its_callbac
     assert not thread.is_alive(), "flush_and_check deadlocked in a delivery callback"
     (error,) = outcome
     assert isinstance(error, DeliveryError)
-    assert "_FENCED" in str(error) and "another instance took the task over" in str(error)
+    # confluent-kafka hands the fatal _FENCED error to the flush, or (timing) loses it and
+    # only the purged records tell; either way the flush fails instead of hanging
+    text = str(error)
+    assert ("_FENCED" in text and "another instance took the task over" in text) or (
+        "its error was lost" in text and "purged" in text
+    ), text
     assert tracker.pending == 0  # every purged record was reported and counted
 
 
