@@ -18,10 +18,8 @@ from processor_api.errors import DeliveryError
 from processor_api.handlers import DeadLetterRecord, HandlerResponse
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.runtime.job import JobSpec
 from processor_api.runtime.task_runner import InputRange, TaskRunner
-from processor_api.state.locks import TaskLock
-from processor_api.state.manager import task_directory
+from tests.harness.task_runs import one_task
 from tests.harness.topics import committed_records, produce, read_topic, uid
 
 pytestmark = pytest.mark.integration  # every test here uses the embedded broker
@@ -102,24 +100,19 @@ class Run:
         for topic in (self.input, self.output, TOPICS["dlq"], commit_marker_topic(self.app)):
             kafka.create_topic(topic, 1)
         produce(self.bootstrap, self.input, [(b"a", b"one"), (b"b", b"bad"), (b"c", b"three")])
-        spec = JobSpec(
+        _, self.runner = one_task(
+            TaskRunner,
+            build(self.input, self.output),
             run_id=run_id,
-            topology_ref=None,
-            topology_kwargs={},
-            topology_pickle=None,
-            bootstrap_servers=self.bootstrap,
-            state_dir=str(tmp_path),
+            bootstrap=self.bootstrap,
+            state_dir=tmp_path,
             config={
                 "application_id": self.app,
                 "processing.guarantee": guarantee,
                 "processing.exception.handler": f"{HERE}:dead_letter_to_a_missing_partition",
                 "production.exception.handler": production_handler,
             },
-            task_ids=("0_0",),
-            flush_timeout_s=10,
         )
-        lock = TaskLock(task_directory(str(tmp_path), self.app, "0_0"), "0_0").__enter__()
-        self.runner = TaskRunner(spec, build(self.input, self.output), "0_0", lock)
         self.state = self.runner.run_batch(None, []).metadata_json  # the producer is connected
         kafka.create_topic(TOPICS["lost"], 1)  # unknown to the producer's metadata
 

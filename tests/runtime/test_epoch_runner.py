@@ -13,10 +13,8 @@ from processor_api import Processor, ProcessorContext, PunctuationType, Record, 
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime.epoch_runner import EpochAbandoned, EpochControl, EpochTaskRunner
-from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import EpochEnd, EpochRequest
-from processor_api.state.locks import TaskLock
-from processor_api.state.manager import task_directory
+from tests.harness.task_runs import one_task
 from tests.harness.topics import TopicReader, committed_records, produce, uid
 
 pytestmark = pytest.mark.integration
@@ -58,24 +56,19 @@ class Harness:
         self.input, self.output = f"in-{run_id}", f"out-{run_id}"
         for topic in (self.input, self.output, commit_marker_topic(self.app)):
             kafka.create_topic(topic, 1)
-        self.spec = JobSpec(
+        self.spec, self.runner = one_task(
+            EpochTaskRunner,
+            build(self.input, self.output),
             run_id=run_id,
-            topology_ref=None,
-            topology_kwargs={},
-            topology_pickle=None,
-            bootstrap_servers=self.bootstrap,
-            state_dir=str(tmp_path),
+            bootstrap=self.bootstrap,
+            state_dir=tmp_path,
             config={
                 "application_id": self.app,
                 "processing_guarantee": guarantee,
                 "commit_interval_ms": commit_interval_ms,
             },
-            task_ids=("0_0",),
-            flush_timeout_s=10,
-            reset_policies={self.input: "earliest"},
+            input_topic=self.input,
         )
-        lock = TaskLock(task_directory(str(tmp_path), self.app, "0_0"), "0_0").__enter__()
-        self.runner = EpochTaskRunner(self.spec, build(self.input, self.output), "0_0", lock)
         self.connected = True
         self.end = threading.Event()
 

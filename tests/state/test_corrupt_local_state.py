@@ -17,6 +17,7 @@ import textwrap
 import pytest
 from structlog.testing import capture_logs
 
+from processor_api.errors import StoreError
 from processor_api.serdes import Serdes
 from processor_api.state import Stores
 from processor_api.state.locks import TaskLock
@@ -130,7 +131,7 @@ def test_a_store_that_cannot_be_opened_for_another_reason_is_not_wiped(tmp_path)
     _committed_task(task_dir)
     holder = task_stores(task_dir, APP)  # the RocksDB LOCK is held: not corruption
     try:
-        with pytest.raises(Exception, match="lock"):
+        with pytest.raises(StoreError, match="lock"):
             task_stores(task_dir, APP)
         assert len(list(holder.stacks[STORE].store.all())) == ENTRIES - 1
     finally:
