@@ -94,8 +94,8 @@ def processor_api_cmd(
         "--available-now",
         "--master",
         MASTER,
-        "--max-records-per-batch",
-        str(MAX_RECORDS_PER_BATCH),
+        # micro-batches only: a run in epochs refuses it
+        *(() if "--epochs" in extra else ("--max-records-per-batch", str(MAX_RECORDS_PER_BATCH))),
         "--topology-arg",
         f"input_topic={json.dumps(topic)}",
         *extra,
