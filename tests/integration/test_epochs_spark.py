@@ -24,7 +24,12 @@ from tests.harness.topics import TopicReader, committed_records, produce, uid
 
 pytestmark = pytest.mark.integration
 
-LONG_EPOCH_S = 600.0  # no epoch of these runs ends by time: outputs must not wait for one
+LONG_EPOCH_S = 600.0
+#: exactly-once with a transaction every 200 ms
+FAST_EOS = {
+    "processing_guarantee": "exactly_once_v2",
+    "config": {"commit.interval.ms": "200"},
+}  # no epoch of these runs ends by time: outputs must not wait for one
 
 
 def _echo_run(
@@ -81,8 +86,7 @@ def test_exactly_once_commits_a_transaction_every_commit_interval(kafka, spark, 
         spark,
         tmp_path,
         run_id,
-        processing_guarantee="exactly_once_v2",
-        config={"commit.interval.ms": "200"},
+        **FAST_EOS,
     )
     markers = commit_marker_topic(f"ep-{run_id}")
     with (
@@ -190,8 +194,7 @@ def test_a_killed_spark_worker_stops_its_host_and_nothing_is_doubled(kafka, spar
         spark,
         tmp_path,
         run_id,
-        processing_guarantee="exactly_once_v2",
-        config={"commit.interval.ms": "200"},
+        **FAST_EOS,
     )
     produce(
         kafka.bootstrap_servers,
@@ -222,8 +225,7 @@ def test_a_killed_spark_worker_stops_its_host_and_nothing_is_doubled(kafka, spar
         tmp_path,
         run_id,
         again=True,
-        processing_guarantee="exactly_once_v2",
-        config={"commit.interval.ms": "200"},
+        **FAST_EOS,
     )
     with again:
         with TopicReader(
