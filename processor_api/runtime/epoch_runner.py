@@ -97,6 +97,7 @@ class EpochTaskRunner(TaskRunner):
         """One epoch of the task (see the module docs)."""
         self._patience.interrupted = lambda waited_s: _interruption(control, waited_s)
         self._last_commit_json = request.state_json
+        self.alive_at = time.monotonic()
         try:
             return self._run_epoch(request, control)
         except WaitInterrupted as exc:
@@ -181,7 +182,7 @@ class EpochTaskRunner(TaskRunner):
                     f"task {self.task_id}: the Spark task of epoch {request.epoch} is gone; "
                     f"{dropped} uncommitted store writes dropped"
                 )
-            now = time.monotonic()
+            now = self.alive_at = time.monotonic()
             wait_s = min(MAX_POLL_WAIT_S, max(0.0, next_commit - now))
             if deadline is not None:
                 wait_s = min(wait_s, max(0.0, deadline - now))
@@ -226,6 +227,7 @@ class EpochTaskRunner(TaskRunner):
         try:
             self._open_batch()
             while not stop() and time.monotonic() < until:
+                self.alive_at = time.monotonic()
                 self._step(task, stream, self._punctuation_wait_s(task, MAX_POLL_WAIT_S))
         finally:
             self._patience.interrupted = lambda waited_s: None

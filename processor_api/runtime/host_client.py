@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from processor_api import errors
-from processor_api.errors import StreamsError
+from processor_api.errors import StreamsError, TaskTimeoutError
+from processor_api.runtime.protocol import EpochAlive
 
 HOST_FILE = ".host"
 START_TIMEOUT_S = 60.0
@@ -139,8 +140,13 @@ def exchange(
     message: Any,
     attempts: int = REQUEST_ATTEMPTS,
     timeout_s: float | None = None,
+    stuck_after_s: float | None = None,
 ) -> Any:
     """Send ``message`` to the host of ``task_dir`` (started if needed) and return its reply.
+
+    ``timeout_s`` bounds each wait for a message from the host. While an epoch runs the host
+    sends :class:`EpochAlive` messages, which are read and passed over; one that says the
+    host's loop has not turned for more than ``stuck_after_s`` is a :class:`TaskTimeoutError`.
 
     A host that is closing (the end of a run, or letting the task go to another host) drops
     the connections that reached it just before it stopped listening, unread; such a request
@@ -154,6 +160,9 @@ def exchange(
             try:
                 send_message(connection, message)
                 reply = receive_message(connection)
+                while isinstance(reply, EpochAlive):
+                    _check_not_stuck(task_dir, message, reply, stuck_after_s)
+                    reply = receive_message(connection)
             except TimeoutError as exc:
                 raise TimeoutError(
                     f"the task host for {task_dir} did not answer {_what(message)} within "
@@ -168,6 +177,16 @@ def exchange(
         f"the task host for {task_dir} gave no reply to {_what(message)} "
         f"in {attempts} attempts ({failure})"
     )
+
+
+def _check_not_stuck(
+    task_dir: Path, message: Any, alive: EpochAlive, stuck_after_s: float | None
+) -> None:
+    if stuck_after_s is not None and alive.loop_idle_s > stuck_after_s:
+        raise TaskTimeoutError(
+            f"the task host for {task_dir} is stuck in {_what(message)}: its loop has not "
+            f"turned for {alive.loop_idle_s:.0f}s (more than {stuck_after_s:g}s)"
+        )
 
 
 def _what(message: Any) -> str:

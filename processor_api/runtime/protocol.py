@@ -2,8 +2,8 @@
 
 One request per connection, answered by one reply (framing: ``host_client.send_message``).
 An :class:`EpochRequest` keeps its connection open for the whole epoch: the host works on the
-task only while that connection is up, and answers at the epoch's end with an
-:class:`EpochReply` (or an :class:`ErrorReply`). The other requests are short:
+task only while that connection is up, sends an :class:`EpochAlive` every few seconds, and
+answers at the epoch's end with an :class:`EpochReply` (or an :class:`ErrorReply`). The other requests are short:
 :class:`EndEpochRequest` (the driver stops the run: commit and end the epoch now),
 :class:`CloseRequest` (the run ended: close the task, exit) and :class:`ReleaseRequest`
 (another host on this machine takes the task: drop what is uncommitted, close, exit).
@@ -61,6 +61,16 @@ class CloseRequest:
 @dataclass(frozen=True)
 class ReleaseRequest:
     """Another host on this machine takes the task: drop what is uncommitted and exit."""
+
+
+@dataclass(frozen=True)
+class EpochAlive:
+    """Sent by a host every few seconds while an epoch runs, before its reply: the host is
+    there, and its loop last turned (or its restore last read a batch) ``loop_idle_s`` ago.
+    The Spark task reads these while it waits, so a silent or stuck host is an error within
+    a bounded time instead of a wait without end."""
+
+    loop_idle_s: float
 
 
 @dataclass(frozen=True)

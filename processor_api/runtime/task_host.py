@@ -32,6 +32,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import (
     CloseRequest,
     EndEpochRequest,
+    EpochAlive,
     EpochRequest,
     ErrorReply,
     OkReply,
@@ -107,17 +110,21 @@ class TaskHost:
         """Run one epoch while ``connection`` (the Spark task) is up; the reply (None when
         the Spark task is gone) and until when to go on between epochs (None: do not)."""
         spec = request.spec
+        started = time.monotonic()
         try:
-            if self.runner is not None and self.runner.spec.run_id != spec.run_id:
-                self._close()  # a new run of the same application: the task starts afresh
-            if self.runner is None:
-                self.runner = self._open(spec, request.task_id)
-            control = EpochControl(
-                connected=lambda: _connected(connection),
-                end_requested=self.end_epoch.is_set,
-                release_requested=self.stopping.is_set,
-            )
-            reply = self.runner.run_epoch(request, control)
+            with _signs_of_life(
+                connection, lambda: started if self.runner is None else self.runner.alive_at
+            ):
+                if self.runner is not None and self.runner.spec.run_id != spec.run_id:
+                    self._close()  # a new run of the same application: the task starts afresh
+                if self.runner is None:
+                    self.runner = self._open(spec, request.task_id)
+                control = EpochControl(
+                    connected=lambda: _connected(connection),
+                    end_requested=self.end_epoch.is_set,
+                    release_requested=self.stopping.is_set,
+                )
+                reply = self.runner.run_epoch(request, control)
         except EpochAbandoned as exc:
             get_logger("processor_api.task_host", task=request.task_id).info(
                 "epoch_abandoned", epoch=request.epoch, detail=str(exc)
@@ -201,6 +208,34 @@ class TaskHost:
                 (self.task_dir / HOST_FILE).unlink(missing_ok=True)
             finally:
                 runner.close()
+
+
+#: How often a host tells the Spark task of a running epoch that it is there.
+ALIVE_INTERVAL_S = 5.0
+
+
+@contextmanager
+def _signs_of_life(connection: socket.socket, alive_at: Callable[[], float]) -> Iterator[None]:
+    """While the block runs (an epoch), send an :class:`EpochAlive` on ``connection`` every
+    ``ALIVE_INTERVAL_S``, saying how long ago the runner's loop last turned; stopped before
+    the block's end, so the epoch's reply is the only message sent after it."""
+    done = threading.Event()
+
+    def send() -> None:
+        while not done.wait(ALIVE_INTERVAL_S):
+            idle_s = max(0.0, time.monotonic() - alive_at())
+            try:
+                send_message(connection, EpochAlive(loop_idle_s=round(idle_s, 3)))
+            except OSError:
+                return  # the Spark task is gone: the loop sees it as well
+
+    thread = threading.Thread(target=send, name="epoch-alive", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _connected(connection: socket.socket) -> bool:

@@ -117,6 +117,8 @@ class TaskRunner:
         self.directory = task_directory(spec.state_dir, self.app_id, task_id)
         self._lock = lock
         self._patience = Patience(task_id, spec.bootstrap_servers, self.config.task_timeout_ms)
+        #: monotonic time of the last sign of life: a turn of the poll loop, a restored batch
+        self.alive_at = time.monotonic()
         self._guarantee = self._make_guarantee()
         self._task: Task | None = None
         self._stores: TaskStores | None = None
@@ -399,6 +401,12 @@ class TaskRunner:
         with_timestamps: bool = False,
         on_batch: Any = None,
     ) -> int:
+        def batch_read(next_offset: int, records: int) -> None:
+            self.alive_at = time.monotonic()
+            if on_batch is not None:
+                on_batch(next_offset, records)
+
+        self.alive_at = time.monotonic()
         return read_changelog(
             self.spec.bootstrap_servers,
             topic,
@@ -409,7 +417,7 @@ class TaskRunner:
             isolation_level=self._guarantee.isolation_level,
             with_timestamps=with_timestamps,
             kafka=self.spec.kafka,
-            on_batch=on_batch,
+            on_batch=batch_read,
         )
 
     def _produce_changelogs(self, task: Task, collector: KafkaCollector) -> int:

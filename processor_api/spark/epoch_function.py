@@ -2,9 +2,11 @@
 
 One call = one task for one epoch. It hands the epoch to the task's host process
 (``runtime/task_host.py``) and stays connected while the host runs the task's poll loop; the
-host works on the task only while this call is connected. At the epoch's end the host answers
-with the task's last committed metadata, which the call stores in ``GroupState``, and the call
-returns one row of statistics. If the call dies (its worker or executor is killed, Spark
+host works on the task only while this call is connected, and tells it every few seconds that
+it is there and how long ago its loop last turned: a host that says nothing, or whose loop
+stands still, for longer than ``task.timeout.ms`` and a grace fails the call, naming the task.
+At the epoch's end the host answers with the task's last committed metadata, which the call
+stores in ``GroupState``, and the call returns one row of statistics. If the call dies (its worker or executor is killed, Spark
 cancels the task), the host drops what it has not committed.
 """
 
@@ -28,9 +30,15 @@ from processor_api.spark.task_function import worker_setup
 from processor_api.spark.task_keys import task_id_of
 from processor_api.state.manager import task_directory
 
-#: Beyond the epoch's length and ``task.timeout.ms`` (the longest a commit at its end may wait
-#: for the broker), how long a call waits for its host to answer.
+#: Beyond ``task.timeout.ms`` (the longest the host's loop may wait for the broker), how long
+#: a call waits for a message from its host (which sends one every few seconds).
 ANSWER_GRACE_S = 60.0
+
+
+def loop_patience_s(task_timeout_s: float) -> float:
+    """How long the host's loop may stand still before the epoch's call fails: the task's
+    ``task.timeout.ms`` plus as much again, at most ``ANSWER_GRACE_S`` more."""
+    return task_timeout_s + min(task_timeout_s, ANSWER_GRACE_S)
 
 
 def _epoch(frames: Iterator[pd.DataFrame]) -> int:
@@ -58,8 +66,13 @@ def run_epoch(
         end=end,
     )
     task_timeout_s = StreamsConfig.from_dict(spec.config).task_timeout_ms / 1000
-    timeout_s = None if end.duration_s is None else end.duration_s + task_timeout_s + ANSWER_GRACE_S
-    reply = exchange(directory, spec.log_format, request, timeout_s=timeout_s)
+    reply = exchange(
+        directory,
+        spec.log_format,
+        request,
+        timeout_s=task_timeout_s + ANSWER_GRACE_S,
+        stuck_after_s=loop_patience_s(task_timeout_s),
+    )
     if not isinstance(reply, EpochReply):
         raise_remote_error(reply)
     state.update((reply.metadata_json,))
