@@ -156,6 +156,19 @@ class RecordQueue:
         self.head = self.head_raw = None
         return records if start == 0 else records[start:]
 
+    def take(self, limit: int) -> list[InputRecord]:
+        """Hand out up to ``limit`` remaining raw records, in offset order (one-queue path);
+        the rest stay queued."""
+        records, start = self._records, self._next - (self.head is not None)
+        end = min(len(records), start + limit)
+        taken = records[start:end]
+        self.head = self.head_raw = None
+        if end >= len(records):
+            self._records, self._next = [], 0
+        else:
+            self._next = end
+        return taken
+
     def update_head(self) -> bool:
         """Stamp the next record that is not dropped as the head; False if none is left."""
         records = self._records

@@ -204,9 +204,9 @@ class Task:
             ) from exc
 
     # ------------------------------------------------------------- processing
-    def process_batch(self, records: Iterable[InputRecord]) -> int:
-        """Queue records of this task's partition and process what may be processed now;
-        returns how many were processed.
+    def process_batch(self, records: Iterable[InputRecord], limit: int | None = None) -> int:
+        """Queue records of this task's partition and process what may be processed now,
+        at most ``limit`` records (None: no limit); returns how many were processed.
 
         Records of one topic are taken in offset order. With several co-partitioned topics,
         the record whose (deserialized, extracted) timestamp is smallest goes first, and the
@@ -234,7 +234,8 @@ class Task:
                     process(only, *only.poll())
                     count += 1
                 stamp = only.stamp
-                for raw in only.take_all():
+                raws = only.take_all() if limit is None else only.take(limit - count)
+                for raw in raws:
                     record = stamp(raw)
                     if record is None:
                         self._skipped(raw)
@@ -243,7 +244,7 @@ class Task:
                         count += 1
             else:
                 next_record = group.next_record
-                while (taken := next_record(now)) is not None:
+                while (limit is None or count < limit) and (taken := next_record(now)) is not None:
                     process(*taken)
                     count += 1
             if queued or count:  # input came, or held-back input went: not idle

@@ -38,6 +38,11 @@ from processor_api.runtime.task_runner import TaskRunner
 MAX_POLL_WAIT_S = 0.2
 #: Global stores are caught up at most this often in a running epoch.
 GLOBAL_CATCH_UP_S = 1.0
+#: Records are processed in chunks between looks at the clocks (a commit or a wall-clock
+#: punctuation due); a chunk's size adapts to take between these two times, as Kafka Streams
+#: adapts its records per iteration to its commit interval.
+CHUNK_FAST_S, CHUNK_SLOW_S = 0.01, 0.05
+FIRST_CHUNK, MAX_CHUNK = 100, 10_000
 #: A run that stops ends a wait for an unreachable broker after this long: the epoch ends
 #: without committing what followed its last commit (done again by the next run).
 STOP_WAIT_S = 5.0
@@ -91,6 +96,8 @@ class EpochTaskRunner(TaskRunner):
         self._counts = _Counts()
         self._last_global_catch_up = 0.0
         self._last_commit_json: str | None = None  # survives the task being dropped
+        self._chunk = FIRST_CHUNK
+        self._unfinished = False  # records left because a commit or punctuation came due
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
@@ -183,10 +190,12 @@ class EpochTaskRunner(TaskRunner):
                     f"{dropped} uncommitted store writes dropped"
                 )
             now = self.alive_at = time.monotonic()
-            wait_s = min(MAX_POLL_WAIT_S, max(0.0, next_commit - now))
+            # process until the next commit or punctuation is due, then look at the clocks
+            busy_until = now + self._punctuation_wait_s(task, max(0.0, next_commit - now))
             if deadline is not None:
-                wait_s = min(wait_s, max(0.0, deadline - now))
-            self._step(task, stream, self._punctuation_wait_s(task, wait_s))
+                busy_until = min(busy_until, deadline)
+            wait_s = min(MAX_POLL_WAIT_S, max(0.0, busy_until - now))
+            self._step(task, stream, self._punctuation_wait_s(task, wait_s), busy_until)
             self._patience.observe("consumer", self._waiting_for_input, stream.unreachable_since)
             now = time.monotonic()
             finished = (
@@ -227,8 +236,9 @@ class EpochTaskRunner(TaskRunner):
         try:
             self._open_batch()
             while not stop() and time.monotonic() < until:
-                self.alive_at = time.monotonic()
-                self._step(task, stream, self._punctuation_wait_s(task, MAX_POLL_WAIT_S))
+                now = self.alive_at = time.monotonic()
+                wait_s = self._punctuation_wait_s(task, MAX_POLL_WAIT_S)
+                self._step(task, stream, wait_s, now + wait_s)
         finally:
             self._patience.interrupted = lambda waited_s: None
 
@@ -241,9 +251,9 @@ class EpochTaskRunner(TaskRunner):
         self._dirty = False
         return True
 
-    def _step(self, task: Task, stream: ContinuousInput, wait_s: float) -> None:
-        """One turn of the loop: poll, process, punctuate."""
-        records = stream.poll(wait_s)
+    def _step(self, task: Task, stream: ContinuousInput, wait_s: float, busy_until: float) -> None:
+        """One turn of the loop: poll, process until ``busy_until`` (monotonic), punctuate."""
+        records = stream.poll(0.0 if self._unfinished else wait_s)
         if records:
             records = self._input.keep_committed(records)
         if len(task.partition_group.queues) > 1 and task.config.max_task_idle_ms != -1:
@@ -251,7 +261,7 @@ class EpochTaskRunner(TaskRunner):
         collector = self._collector
         assert collector is not None
         sent_before = collector.sent
-        processed = task.process_batch(records)
+        processed = self._process(task, records, busy_until)
         fired = task.maybe_punctuate_wall_clock()
         advanced = task.advance_idle_stream_time()
         self._catch_up_global()
@@ -259,6 +269,30 @@ class EpochTaskRunner(TaskRunner):
         self._counts.outputs += collector.sent - sent_before
         if processed or fired or advanced or collector.sent != sent_before:
             self._dirty = True
+
+    def _process(self, task: Task, records: list, busy_until: float) -> int:
+        """Process what the task may, in chunks, until ``busy_until``: a slow processor
+        holds back neither the commit nor a wall-clock punctuation that comes due meanwhile.
+        Records left stay queued in the task for the next turn, which does not wait to poll."""
+        count = 0
+        while True:
+            chunk = self._chunk
+            started = time.monotonic()
+            done = task.process_batch(records, limit=chunk)
+            records = []
+            count += done
+            now = time.monotonic()
+            if done < chunk:  # nothing more may be processed now, or records were skipped
+                self._unfinished = done > 0 and task.buffered() > 0
+                return count
+            took = now - started
+            if took > CHUNK_SLOW_S:
+                self._chunk = max(1, chunk // 2)
+            elif took < CHUNK_FAST_S:
+                self._chunk = min(MAX_CHUNK, chunk * 2)
+            if now >= busy_until:
+                self._unfinished = task.buffered() > 0
+                return count
 
     def _punctuation_wait_s(self, task: Task, wait_s: float) -> float:
         """``wait_s``, shortened to when a wall-clock punctuation, ``max.task.idle.ms`` or
@@ -321,6 +355,12 @@ class EpochTaskRunner(TaskRunner):
         counts.commits += 1
         counts.changelog_records += changelog_count
         counts.dropped += failures.dropped - dropped_before
+        self._log.debug(
+            "task_committed",
+            commits=counts.commits,
+            processed=counts.processed,
+            stream_time=metadata.stream_time,
+        )
 
     def _group_offsets(self, task: Task, stream: ContinuousInput) -> dict[tuple[str, int], int]:
         """The consumer-group offsets of this commit: per input, the first record the task

@@ -5,6 +5,7 @@ input, and a Spark task that disconnects mid-epoch (nothing uncommitted kept).""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -37,11 +38,19 @@ class Ticker(Processor):
         self.context.forward(record)
 
 
-def build(input_topic: str, output_topic: str) -> Topology:
+class SlowTicker(Ticker):
+    """A ticker whose processing takes 3 ms per record (real work, as a slow processor)."""
+
+    def process(self, record: Record) -> None:
+        time.sleep(0.003)
+        super().process(record)
+
+
+def build(input_topic: str, output_topic: str, processor: type = Ticker) -> Topology:
     return (
         Topology()
         .add_source("in", input_topic, **STRINGS)
-        .add_processor("tick", Ticker, "in")
+        .add_processor("tick", processor, "in")
         .add_sink("out", output_topic, "tick", **STRINGS)
     )
 
@@ -49,7 +58,9 @@ def build(input_topic: str, output_topic: str) -> Topology:
 class Harness:
     """One task ``0_0`` of ``in -> tick -> out`` in an :class:`EpochTaskRunner`."""
 
-    def __init__(self, kafka, tmp_path, guarantee: str, commit_interval_ms: int) -> None:
+    def __init__(
+        self, kafka, tmp_path, guarantee: str, commit_interval_ms: int, processor: type = Ticker
+    ) -> None:
         run_id = uid()
         self.bootstrap = kafka.bootstrap_servers
         self.app = f"epoch-{run_id}"
@@ -58,7 +69,7 @@ class Harness:
             kafka.create_topic(topic, 1)
         self.spec, self.runner = one_task(
             EpochTaskRunner,
-            build(self.input, self.output),
+            build(self.input, self.output, processor),
             run_id=run_id,
             bootstrap=self.bootstrap,
             state_dir=tmp_path,
@@ -185,3 +196,22 @@ def test_a_disconnected_spark_task_stops_the_loop_and_aborts_the_transaction(
     kept, aborted = committed_records(run.bootstrap, run.output)
     assert Counter(_values(kept)) == Counter(f"a{i}" for i in range(5))
     assert Counter(_values(aborted)) == Counter(f"a{i}" for i in range(5))
+
+
+def test_a_slow_processor_holds_back_neither_commits_nor_wall_clock_punctuation(
+    kafka, tmp_path, harnesses
+):
+    """1,000 records at 3 ms each take 3 s, arriving in a few large polls: the loop still
+    commits about every commit.interval.ms (300) and fires the 200 ms wall-clock punctuation
+    while it works through them, as Kafka Streams does (before: once per poll)."""
+    run = harnesses(kafka, tmp_path, "at_least_once", 300, SlowTicker)
+    produce(run.bootstrap, run.input, [(b"k", f"v{i}".encode()) for i in range(1000)])
+    reply = run.epoch(None, EpochEnd(end_offsets={(run.input, 0): 1000}))
+    assert reply.processed == 1000
+    assert reply.commits >= 4, reply
+    with TopicReader(run.bootstrap, run.output, bytes.decode, bytes.decode) as out:
+        records = out.wait_for(lambda r: len(_values(r)) >= 1000, timeout_s=30)
+    values = [r.key for r in records]
+    first, last = values.index("k"), len(values) - 1 - values[::-1].index("k")
+    ticks_while_busy = sum(1 for key in values[first:last] if key == "tick")
+    assert ticks_while_busy >= 5, ticks_while_busy
