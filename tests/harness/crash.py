@@ -62,6 +62,7 @@ class CrashReport:
     store_totals_equal: bool = False
     duration_s: float = 0.0
     logs: str = ""
+    failure: str = ""  # a run that failed by itself (the soak's repeat series counts them)
 
     def kills_by_kind(self) -> dict[str, int]:
         counts = Counter(k.kind for k in self.kills if k.done)
@@ -90,6 +91,8 @@ class CrashScenario:
         run_timeout_s: float = 420.0,
         mid_batch_wait_s: float = 3.0,
         pause_ms: float = 0.0,
+        epochs: bool = False,
+        commit_interval_ms: int | None = None,
         log: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.bootstrap = bootstrap
@@ -102,6 +105,9 @@ class CrashScenario:
         self.run_timeout_s = run_timeout_s
         self.mid_batch_wait_s = mid_batch_wait_s
         self.pause_ms = pause_ms  # > 0: the paced variant of seed 000's topology
+        # epochs: one long epoch per run; kills are placed by the tasks' commits
+        self.epochs = epochs
+        self.commit_interval_ms = commit_interval_ms
         self.log = log
         run_id = uid()
         self.input_topic = f"crash-sales-{run_id}"
@@ -117,7 +123,9 @@ class CrashScenario:
     def args(self, kill: str | None = None) -> list[str]:
         """The run's arguments; a run to be killed in a restore holds each restored batch
         (``PausingRestoreListener``) so the kill lands inside it however fast it is."""
-        config = {"state.restore.listener": PAUSING_LISTENER} if kill == "restore" else None
+        config = {"state.restore.listener": PAUSING_LISTENER} if kill == "restore" else {}
+        if self.commit_interval_ms is not None:
+            config["commit.interval.ms"] = str(self.commit_interval_ms)
         topology_args: dict[str, Any] = {
             "input_topic": self.input_topic,
             "output_topic": self.output_topic,
@@ -131,9 +139,11 @@ class CrashScenario:
             self.state_dir,
             self.checkpoint_dir,
             guarantee=self.guarantee,
-            max_records_per_batch=self.max_records_per_batch,
+            max_records_per_batch=None if self.epochs else self.max_records_per_batch,
             topology_args=topology_args,
             config=config,
+            # the commits that place the kills are debug events
+            extra=["--epochs", "--log-level", "debug"] if self.epochs else (),
         )
 
     def setup(self) -> None:
@@ -153,7 +163,9 @@ class CrashScenario:
         record = KillRecord(kind, number, done=False)
         timeout = self.run_timeout_s
         try:
-            if kind in ("mid_batch", "state_dir_deleted"):
+            if self.epochs and kind != "restore":
+                record.detail = self._epoch_kill_point(run, kind, timeout)
+            elif kind in ("mid_batch", "state_dir_deleted"):
                 # after >= 1 batch of this run committed, so the changelog positions in
                 # GroupState are > 0 and the next start has something to restore
                 skip = self.rnd.randint(1, 2)
@@ -233,9 +245,51 @@ class CrashScenario:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return record
 
+    def _epoch_kill_point(self, run: CliRun, kind: str, timeout: float) -> dict[str, Any]:
+        """In epochs: ``between_batches`` kills right after a task's commit (of processed
+        records); ``mid_batch`` and ``state_dir_deleted`` once 1-3 commits happened, as soon
+        as output records that no transaction marker follows are in the log (an open
+        transaction, under exactly-once)."""
+        skip = self.rnd.randint(1, 3)
+        after = 0
+        for _ in range(skip):
+            after = (
+                run.wait_event(
+                    lambda e: e.name == "task_committed" and e.event.get("processed", 0) > 0,
+                    timeout,
+                    after,
+                ).index
+                + 1
+            )
+        if kind == "between_batches":
+            return {"after_commits": skip}
+        if kind not in ("mid_batch", "state_dir_deleted"):
+            raise ValueError(kind)
+        marks = high_watermarks(self.bootstrap, self.output_topic, self.partitions)
+        deadline = time.monotonic() + self.mid_batch_wait_s
+        produced = 0
+        watch = OutputWatch(self.bootstrap, self.output_topic, marks)
+        try:
+            while time.monotonic() < deadline and run.is_alive():
+                produced = watch.count()
+                if produced:
+                    break
+                time.sleep(0.001)
+        finally:
+            watch.close()
+        if not run.is_alive():
+            raise RunEnded("ended while waiting for output")
+        return {"after_commits": skip, "output_in_flight": produced}
+
     # -- the scenario
     def run(self, kills: list[str]) -> CrashReport:
         started = time.monotonic()
+        try:
+            return self._run(kills)
+        finally:
+            self.report.duration_s = round(time.monotonic() - started, 1)
+
+    def _run(self, kills: list[str]) -> CrashReport:
         self.setup()
         number = 0
         for kind in kills:
@@ -255,7 +309,6 @@ class CrashScenario:
                 raise AssertionError(f"final run exited {code}; {run.tail()}")
         self.report.runs = number
         self.evaluate()
-        self.report.duration_s = round(time.monotonic() - started, 1)
         return self.report
 
     def evaluate(self) -> CrashReport:

@@ -22,6 +22,7 @@ broken. Uses an embedded Tansu broker unless ``--bootstrap-servers`` is given.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -29,7 +30,9 @@ import shutil
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from tests.harness.crash import KILL_KINDS, CrashScenario
@@ -44,11 +47,41 @@ def kill_plan(kills: int) -> list[str]:
 
 
 def verdict(report) -> bool:
+    if report.failure or report.committed_only is None:
+        return False
     committed, visible = report.committed_only, report.read_committed
     ok = is_ok(committed, report.guarantee) and report.store_totals_equal
     if report.guarantee == "exactly_once_v2":
         ok = ok and visible.extra == report.aborted_visible and visible.missing == 0
     return ok
+
+
+@contextmanager
+def machine_lock(path: str | None) -> Iterator[None]:
+    """Hold ``path``'s flock for the duration (no-op without a path)."""
+    if path is None:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def passes(reports) -> str:
+    """One line per guarantee: how many of its scenarios passed."""
+    lines = []
+    for guarantee in dict.fromkeys(r.guarantee for r in reports):
+        mine = [r for r in reports if r.guarantee == guarantee]
+        failed = [r for r in mine if not verdict(r)]
+        line = f"{guarantee}: {len(mine) - len(failed)}/{len(mine)} passed"
+        if failed:
+            reasons = Counter("run failed" if r.failure else "guarantee broken" for r in failed)
+            line += " (" + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) + ")"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def table(reports) -> str:
@@ -72,6 +105,8 @@ def table(reports) -> str:
     )
     rows = []
     for report in reports:
+        if report.read_committed is None:
+            continue
         kinds = report.kills_by_kind()
         in_restore = sum(
             1 for k in report.kills if k.kind == "restore" and k.done and k.detail.get("in_flight")
@@ -143,6 +178,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="state, checkpoints and logs (default: a temp dir, deleted unless --keep)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole kill plan this many times per guarantee (fresh topics each time) "
+        "and count the passes; a run that fails counts as a failed pass, with its error kept",
+    )
+    parser.add_argument(
+        "--lock",
+        default=None,
+        help="hold this file's lock (flock) around each scenario, so a shared machine runs "
+        "no other Spark job beside it",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -163,25 +211,36 @@ def main(argv: list[str] | None = None) -> int:
             from processor_api.testing.embedded import EmbeddedKafka
 
             bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
-        for number, guarantee in enumerate(guarantees):
-            log(f"{guarantee}: {args.events} events, {args.products} products, kills {plan}")
-            scenario = CrashScenario(
-                bootstrap,
-                workdir / guarantee,
-                guarantee,
-                sales,
-                partitions=args.partitions,
-                max_records_per_batch=args.max_records_per_batch,
-                seed=args.seed * 100 + number,
-                pause_ms=args.pause_ms,
-                log=log,
-            )
-            report = scenario.run(plan)
-            reports.append(report)
-            log(f"{guarantee}: done in {report.duration_s}s, ok={verdict(report)}")
+        for repeat in range(args.repeat):
+            for number, guarantee in enumerate(guarantees):
+                label = f"{guarantee} #{repeat + 1}/{args.repeat}"
+                log(f"{label}: {args.events} events, {args.products} products, kills {plan}")
+                scenario = CrashScenario(
+                    bootstrap,
+                    workdir / f"{guarantee}-{repeat}",
+                    guarantee,
+                    sales,
+                    partitions=args.partitions,
+                    max_records_per_batch=args.max_records_per_batch,
+                    seed=args.seed * 100 + number + 1000 * repeat,
+                    pause_ms=args.pause_ms,
+                    log=log,
+                )
+                with machine_lock(args.lock):
+                    try:
+                        report = scenario.run(plan)
+                    except Exception as error:  # noqa: BLE001 - a failed run is a result here
+                        report = scenario.report
+                        report.failure = f"{type(error).__name__}: {error}"[-4000:]
+                reports.append(report)
+                log(f"{label}: done in {report.duration_s}s, ok={verdict(report)}")
+                if report.failure:
+                    log(f"{label}: failed: {report.failure[-600:]}")
 
     print()
     print(table(reports))
+    print()
+    print(passes(reports))
     ok = all(verdict(r) for r in reports)
     print(
         f"\nresult: {'OK' if ok else 'GUARANTEE BROKEN'}\n"
@@ -215,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kill_plan": plan,
                     "kill_kinds": list(KILL_KINDS),
                     "ok": ok,
+                    "passes": passes(reports).splitlines(),
                     "reports": [dict(r.as_dict(), ok=verdict(r)) for r in reports],
                 },
                 indent=1,

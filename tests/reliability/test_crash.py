@@ -89,3 +89,63 @@ def test_kill_9_and_restart_matches_the_reference_fold(kafka, tmp_path, guarante
         assert report.aborted_visible > 0, report.output_status
     else:
         assert report.aborted_visible == 0 and visible == committed
+
+
+@pytest.mark.parametrize(
+    ("guarantee", "kills", "pause_ms", "commit_interval_ms"),
+    [
+        # paced, commits every 100 ms (Kafka Streams' exactly-once default): the mid-epoch
+        # kills land inside a task's open transaction
+        (
+            "exactly_once_v2",
+            ["mid_batch", "between_batches", "state_dir_deleted", "restore"],
+            5.0,
+            100,
+        ),
+        # commits every 300 ms, so that a run makes several and the kills fall between them
+        (
+            "at_least_once",
+            ["mid_batch", "between_batches", "state_dir_deleted", "restore"],
+            2.0,
+            300,
+        ),
+    ],
+)
+def test_kill_9_in_epochs_and_restart_matches_the_reference_fold(
+    kafka, tmp_path, guarantee, kills, pause_ms, commit_interval_ms
+):
+    """The same kills in epochs (``--epochs``): one long epoch per run, the tasks commit
+    every ``commit.interval.ms`` inside it; ``mid_batch`` = between two commits with output
+    in the log, ``between_batches`` = right after a commit."""
+    # 6,000 events: each task has ~10 s of paced work, so the four kills land before its end
+    sales = make_sales(6000, 20, seed=30)
+    scenario = CrashScenario(
+        kafka.bootstrap_servers,
+        tmp_path,
+        guarantee,
+        sales,
+        seed=31,
+        pause_ms=pause_ms,
+        epochs=True,
+        commit_interval_ms=commit_interval_ms,
+        log=print,
+    )
+    report = scenario.run(kills)
+    summary = {k: v for k, v in report.as_dict().items() if k not in ("kills", "logs")}
+    print(json.dumps(summary, default=str))
+    assert [k.kind for k in report.kills if k.done] == kills, report.kills
+    for kill in report.kills:
+        if kill.kind == "restore":
+            assert kill.detail["in_flight"], f"the kill did not land in a restore: {kill}"
+    assert report.store_totals_equal
+    assert "open" not in report.output_status, report.output_status
+    committed, visible = report.committed_only, report.read_committed
+    assert is_ok(committed, guarantee), committed
+    assert any(k.detail.get("output_in_flight") for k in report.kills), report.kills
+    if guarantee == "exactly_once_v2":
+        assert committed.equal and committed.seen == committed.expected
+        assert visible.extra == report.aborted_visible, (visible, report.aborted_visible)
+        assert visible.missing == 0 and visible.wrong == 0
+        assert report.aborted_visible > 0, report.output_status
+    else:
+        assert report.aborted_visible == 0 and visible == committed
