@@ -54,9 +54,10 @@ bench-quick: $(BENCH_STAMP)
 ## soak: kill -9 run-topology repeatedly (seed 000, both guarantees) and compare with a reference fold
 SOAK_EVENTS ?= 30000
 SOAK_KILLS ?= 8
+SOAK_REPEAT ?= 1
 soak: $(STAMP)
 	$(BIN)/python -m tests.reliability.soak --events $(SOAK_EVENTS) --kills $(SOAK_KILLS) \
-		--guarantee both --out bench/results/soak.json
+		--repeat $(SOAK_REPEAT) --guarantee both --out bench/results/soak.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -15,6 +15,10 @@ end. A ``read_committed`` reader's view of the output is compared with the refer
 ``tests/harness/folds.py``: ``compare``), both as read and with the records of aborted
 transactions removed (Tansu shows them to ``read_committed`` readers; a Kafka broker does not).
 
+``--repeat N`` runs the whole plan N times per guarantee and prints how many passed (a run
+that fails by itself counts as a failure, its error kept in the JSON); ``--epochs`` runs in
+epochs, the kills placed by the tasks' commits instead of by micro-batches.
+
 Prints a summary table, writes every detail as JSON to ``--out``, exits 1 if a guarantee was
 broken. Uses an embedded Tansu broker unless ``--bootstrap-servers`` is given.
 """
@@ -179,6 +183,17 @@ def main(argv: list[str] | None = None) -> int:
         help="state, checkpoints and logs (default: a temp dir, deleted unless --keep)",
     )
     parser.add_argument(
+        "--epochs",
+        action="store_true",
+        help="run in epochs (--epochs): kills are placed by the tasks' commits, not by batches",
+    )
+    parser.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=None,
+        help="commit.interval.ms of the runs (default: Kafka Streams' for the guarantee)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -224,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     max_records_per_batch=args.max_records_per_batch,
                     seed=args.seed * 100 + number + 1000 * repeat,
                     pause_ms=args.pause_ms,
+                    epochs=args.epochs,
+                    commit_interval_ms=args.commit_interval_ms,
                     log=log,
                 )
                 with machine_lock(args.lock):
