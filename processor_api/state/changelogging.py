@@ -29,16 +29,42 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
         self.name = inner.name
         self.timestamp_fn = timestamp_fn
         self._changes: list[ChangeRecord] = []
+        self._last: dict[bytes, ChangeRecord] | None = None  # see keep_last_per_key
+
+    def keep_last_per_key(self) -> None:
+        """From now on keep only each key's last change, in the order of those last writes.
+
+        The runtime sends only a key's last change of a commit to the changelog (a commit is
+        made as a whole, so a restore ends in the same state): holding every write until the
+        commit would cost memory in proportion to the writes, not to the keys written
+        (500,000 writes to 10,000 keys held ~100 MB).
+        """
+        if self._last is None:
+            self._last = {}
+            for change in self._changes:
+                self._record(change.key, change.value, change.timestamp)
+            self._changes = []
 
     @property
     def pending_change_count(self) -> int:
         """Number of change records not yet drained."""
-        return len(self._changes)
+        return len(self._changes) if self._last is None else len(self._last)
 
     def drain_changes(self) -> list[ChangeRecord]:
         """Return the pending change records, oldest first, and forget them."""
+        if self._last is not None:
+            last, self._last = self._last, {}
+            return list(last.values())
         changes, self._changes = self._changes, []
         return changes
+
+    def _record(self, key: bytes, value: bytes | None, timestamp: int) -> None:
+        last = self._last
+        if last is None:
+            self._changes.append(ChangeRecord(key, value, timestamp))
+        else:
+            last.pop(key, None)  # re-inserted: the order of last writes
+            last[key] = ChangeRecord(key, value, timestamp)
 
     def get(self, key: bytes) -> bytes | None:
         """Read from the inner store."""
@@ -47,19 +73,20 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write to the inner store and record the change (``None``: tombstone)."""
         self.inner.put(key, value)
-        self._changes.append(ChangeRecord(key, value, self.timestamp_fn()))
+        self._record(key, value, self.timestamp_fn())
 
     def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Write all entries with one inner ``put_all`` and record each, in order."""
         batch = list(entries)
         self.inner.put_all(batch)
         timestamp = self.timestamp_fn()
-        self._changes.extend(ChangeRecord(key, value, timestamp) for key, value in batch)
+        for key, value in batch:
+            self._record(key, value, timestamp)
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete from the inner store, record a tombstone, return the old value."""
         old = self.inner.delete(key)
-        self._changes.append(ChangeRecord(key, None, self.timestamp_fn()))
+        self._record(key, None, self.timestamp_fn())
         return old
 
     def range(

@@ -48,6 +48,7 @@ from processor_api.restore_listener import StateRestoreListener, TopicPartition
 from processor_api.state.base import BytesStore
 from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.state.builder import StoreBuilder, StoreStack
+from processor_api.state.changelogging import ChangeLoggingBytesStore
 from processor_api.state.checkpoint import delete_checkpoint, read_checkpoint, write_checkpoint
 
 _log = get_logger("processor_api.task_state")
@@ -117,6 +118,8 @@ class TaskStores:
         buffer = BatchBufferBytesStore(raw)
         self.buffers[builder.name] = buffer
         stack = builder.build(timestamp_fn=timestamp_fn, inner=buffer)
+        if isinstance(stack.changelog, ChangeLoggingBytesStore):
+            stack.changelog.keep_last_per_key()  # only those go out at a commit
         self.stacks[builder.name] = stack
         return stack
 

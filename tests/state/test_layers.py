@@ -190,3 +190,47 @@ def test_build_can_reuse_an_existing_inner_store():
 def test_persistent_store_without_state_dir_is_a_clear_error():
     with pytest.raises(StoreError, match="'needs-dir'.*state directory"):
         _builder("rocksdb", "needs-dir").build(state_dir=None)
+
+
+@pytest.mark.parametrize("kind", ["in_memory", "rocksdb"])
+def test_a_changelog_keeping_last_changes_holds_one_per_key_in_order_of_last_writes(tmp_path, kind):
+    """What the runtime's stores keep until a commit: only what the commit sends (a key's
+    last change), so memory follows the keys written, not the writes."""
+    clock = itertools.count(100)
+    stack = _builder(kind).build(tmp_path, timestamp_fn=lambda: next(clock))
+    store = stack.store
+    store.put("a", 1)
+    stack.changelog.keep_last_per_key()  # what was recorded before is compacted too
+    store.put("b", 2)
+    store.put("a", 3)
+    for i in range(1000):
+        store.put("c", i)
+    assert store.delete("b") == 2
+    long = Serdes.long().serialize
+    assert stack.changelog.pending_change_count == 3
+    assert stack.changelog.drain_changes() == [
+        ChangeRecord(b"a", long(3), 102),
+        ChangeRecord(b"c", long(999), 1102),
+        ChangeRecord(b"b", None, 1103),
+    ]
+    assert stack.changelog.drain_changes() == []
+
+
+def test_a_task_s_stores_keep_only_last_changes(tmp_path):
+    from processor_api.state.manager import TaskStores
+
+    builder = _builder("rocksdb")
+    stores = TaskStores(
+        application_id="app",
+        task_id="0_0",
+        partition=0,
+        directory=tmp_path,
+        builders={builder.name: builder},
+        changelog_topics={builder.name: "app-counts-changelog"},
+        timestamp_fn=lambda: 7,
+    )
+    stack = stores.build(builder, lambda: 7)
+    for i in range(100):
+        stack.store.put("k", i)
+    assert stack.changelog.pending_change_count == 1
+    stores.close()
