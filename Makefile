@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: all venv run test test-fast lint bench bench-quick soak clean
+.PHONY: all venv run test test-fast test-slow lint docs bench bench-quick soak clean
 
 all: test
 
@@ -44,6 +44,10 @@ LINT_PATHS := processor_api topologies tests bench
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+
+## docs: the manual in docs/ as a site under site/ (MkDocs; a warning fails the build, as in CI)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --full
