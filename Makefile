@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: all venv run test test-fast test-slow lint docs bench bench-quick soak clean
+.PHONY: all venv run test test-fast test-slow lint typecheck docs bench bench-quick soak clean
 
 all: test
 
@@ -44,6 +44,10 @@ LINT_PATHS := processor_api topologies tests bench
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+
+## typecheck: mypy over processor_api (settings in pyproject.toml; CI runs it after lint)
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 ## docs: the manual in docs/ as a site under site/ (MkDocs; a warning fails the build, as in CI)
 docs: $(STAMP)

@@ -63,7 +63,7 @@ class ProcessingError(StreamsError):
         for name, value in coordinates.items():
             if merged.get(name) is None:
                 merged[name] = value
-        error = type(self)(self.reason, **merged)  # type: ignore[arg-type]
+        error = type(self)(self.reason, **merged)
         error.__cause__ = self.__cause__
         return error
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -63,7 +63,7 @@ _STAMP = structlog.processors.TimeStamper(fmt="iso", utc=True, key=LOG_TIME_KEY)
 _STAMP_ASIDE = structlog.processors.TimeStamper(fmt="iso", utc=True, key=LOG_TIME_ASIDE_KEY)
 
 
-def _add_log_time(logger: Any, method_name: str, event_dict: dict) -> dict:
+def _add_log_time(logger: Any, method_name: str, event_dict: Any) -> Any:
     if LOG_TIME_KEY in event_dict:
         if LOG_TIME_ASIDE_KEY in event_dict:
             return event_dict  # both taken by the caller: add nothing rather than overwrite
@@ -130,7 +130,7 @@ def configure_logging(log_format: str = "console", level: str | None = None) -> 
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         # one write() per event, line and newline together: print() writes them apart, and
         # the Spark JVM, sharing stderr, then put its own lines between the two
-        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=False,
     )
     _configured = True

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from processor_api.state.key_value import KeyValueStore
 
-Headers = tuple[tuple[str, bytes], ...]
+Headers = tuple[tuple[str, bytes | None], ...]  # a header value may be null, as in Kafka
 
 
 def _check_timestamp(timestamp: int) -> int:
@@ -46,7 +46,7 @@ def _check_headers(headers: Any) -> Headers:
 class Record:
     """An immutable key-value record with its timestamp (epoch ms, >= 0) and headers.
 
-    ``headers`` is a tuple of ``(name, bytes)`` pairs; names may repeat, as in Kafka.
+    ``headers`` is a tuple of ``(name, bytes or None)`` pairs; names may repeat, as in Kafka.
     The ``with_*`` methods return a modified copy.
     """
 

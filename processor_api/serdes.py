@@ -53,9 +53,9 @@ class Serde:
     to forward raw store entries to a sink with the same serdes; custom serdes keep ``False``.
     """
 
-    passthrough_check: ClassVar[Callable[[bytes], bool] | None] = None
+    passthrough_check: ClassVar[staticmethod[[bytes], bool] | None] = None
 
-    passthrough_check_all: ClassVar[Callable[[Sequence[bytes]], bool] | None] = None
+    passthrough_check_all: ClassVar[staticmethod[[Sequence[bytes]], bool] | None] = None
     """:attr:`passthrough_check` for many values at once: ``True`` only if it accepts each."""
 
     topic_aware: ClassVar[bool] = False
@@ -242,7 +242,7 @@ class _StringSerde(Serde):
     def deserialize(self, data: bytes | None) -> Any:
         if data.__class__ is bytes:
             try:
-                return data.decode("utf-8")  # type: ignore[union-attr]
+                return data.decode("utf-8")
             except UnicodeDecodeError:
                 pass
         return Serde.deserialize(self, data)
@@ -257,7 +257,7 @@ class _BytesSerde(Serde):
 
     def serialize(self, obj: Any) -> bytes | None:
         if obj.__class__ is bytes:
-            return obj  # type: ignore[no-any-return]
+            return obj
         return Serde.serialize(self, obj)
 
     def deserialize(self, data: bytes | None) -> Any:
@@ -281,8 +281,8 @@ class _IntegerSerde(Serde):
         return Serde.serialize(self, obj)
 
     def deserialize(self, data: bytes | None) -> Any:
-        if data.__class__ is bytes and len(data) == 4:  # type: ignore[arg-type]
-            return _INT.unpack(data)[0]  # type: ignore[arg-type]
+        if data.__class__ is bytes and len(data) == 4:
+            return _INT.unpack(data)[0]
         return Serde.deserialize(self, data)
 
 
@@ -301,8 +301,8 @@ class _LongSerde(Serde):
         return Serde.serialize(self, obj)
 
     def deserialize(self, data: bytes | None) -> Any:
-        if data.__class__ is bytes and len(data) == 8:  # type: ignore[arg-type]
-            return _LONG.unpack(data)[0]  # type: ignore[arg-type]
+        if data.__class__ is bytes and len(data) == 8:
+            return _LONG.unpack(data)[0]
         return Serde.deserialize(self, data)
 
 
@@ -321,8 +321,8 @@ class _DoubleSerde(Serde):
         return Serde.serialize(self, obj)
 
     def deserialize(self, data: bytes | None) -> Any:
-        if data.__class__ is bytes and len(data) == 8:  # type: ignore[arg-type]
-            return _DOUBLE.unpack(data)[0]  # type: ignore[arg-type]
+        if data.__class__ is bytes and len(data) == 8:
+            return _DOUBLE.unpack(data)[0]
         return Serde.deserialize(self, data)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from processor_api.config import StreamsConfig
@@ -69,6 +69,8 @@ class GlobalProcessorContext(ProcessorContext):
         interval: int | timedelta,
         type: PunctuationType = PunctuationType.STREAM_TIME,
         punctuator: Callable[[int], None] | None = None,
+        *,
+        start_time: datetime | int | None = None,
     ) -> Cancellable:
         """Refused, as in Kafka Streams: a global processor has no punctuation."""
         raise StreamsError(
@@ -309,9 +311,9 @@ class GlobalTask:
         for stack in self.stores.values():
             stack.close()
         if errors:
-            name, exc = errors[0]
+            name, first = errors[0]
             raise ProcessingError(
-                f"close() raised {type(exc).__name__}: {exc}",
+                f"close() raised {type(first).__name__}: {first}",
                 processor=name,
                 task_id=GLOBAL_TASK_ID,
-            ) from exc
+            ) from first

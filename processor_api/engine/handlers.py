@@ -131,7 +131,7 @@ class ErrorHandling:
     ) -> HandlerResponse:
         """Ask ``handler`` and produce the dead-letter records of its response (unless told
         not to)."""
-        where = {
+        where: dict[str, Any] = {
             "topic": context.topic,
             "partition": context.partition,
             "offset": context.offset,

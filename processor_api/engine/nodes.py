@@ -87,13 +87,13 @@ class NodeGraph:
             node.children_by_name = {child.name: child for child in node.children}
             if isinstance(definition, ProcessorDefinition):
                 node.stores = frozenset(definition.stores)
-                processor = definition.supplier()
-                if not isinstance(processor, Processor):
+                instance = definition.supplier()
+                if not isinstance(instance, Processor):
                     raise StreamsError(
-                        f"supplier of processor {name!r} returned {processor!r}, "
+                        f"supplier of processor {name!r} returned {instance!r}, "
                         "expected a Processor instance"
                     )
-                node.processor = processor
+                node.processor = instance
                 node.context = make_context(node)
         self.nodes = nodes
         self.sources_by_topic: dict[str, tuple[SourceDefinition, ProcessorNode]] = {
@@ -164,7 +164,7 @@ class NodeGraph:
             target = node.children_by_name.get(child)
             targets = [] if target is None else [target]
         if targets and entries.__class__ is KeyValueIterator:
-            raw = entries.raw_entries()  # type: ignore[attr-defined]
+            raw = entries.raw_entries()
             if raw is not None:
                 store, raw_entries = raw
                 sinks = SinkNode.passthrough_sinks(targets, store)

@@ -269,7 +269,9 @@ class PartitionGroup:
             queued += len(records)
             self.idling.filled(topic)
             if queue is not self._polled and queue.head is None and queue.update_head():
-                heapq.heappush(self._heap, (queue.head.timestamp, queue.index, queue))  # type: ignore[union-attr]
+                head = queue.head
+                assert head is not None  # update_head() said so
+                heapq.heappush(self._heap, (head.timestamp, queue.index, queue))
         return queued
 
     def ready(self, now: int) -> bool:

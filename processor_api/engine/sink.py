@@ -108,7 +108,7 @@ class SinkNode:
         if self._per_topic is None:
             key_serde, value_serde = self.key_serde, self.value_serde
         else:
-            key_serde, value_serde = self._serdes_for(topic)  # type: ignore[arg-type]
+            key_serde, value_serde = self._serdes_for(topic)
         try:
             key = key_serde.serialize(record.key)
         except ProcessingError:

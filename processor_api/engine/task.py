@@ -198,10 +198,12 @@ class Task:
             for stack in self.stores.values():
                 stack.close()
         if errors:
-            name, exc = errors[0]
+            name, first = errors[0]
             raise ProcessingError(
-                f"close() raised {type(exc).__name__}: {exc}", processor=name, task_id=self.task_id
-            ) from exc
+                f"close() raised {type(first).__name__}: {first}",
+                processor=name,
+                task_id=self.task_id,
+            ) from first
 
     # ------------------------------------------------------------- processing
     def process_batch(self, records: Iterable[InputRecord], limit: int | None = None) -> int:

@@ -279,17 +279,17 @@ def create_topics(
     With ``exist_ok`` an existing topic is accepted if its partition count matches, otherwise it
     is an error naming the topic. Waits until all the topics are usable.
     """
-    specs = [_as_spec(s) for s in specs]
+    wanted = [_as_spec(s) for s in specs]
     admin = _admin(bootstrap_servers, kafka)
     existing = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
-    present = [s for s in specs if s.name in existing]
+    present = [s for s in wanted if s.name in existing]
     if present and not exist_ok:
         raise StreamsError(
             f"topic(s) {', '.join(repr(s.name) for s in present)} already exist "
             f"on {bootstrap_servers}"
         )
     _check_counts(present, existing, bootstrap_servers)
-    to_create = [s for s in specs if s.name not in existing]
+    to_create = [s for s in wanted if s.name not in existing]
     created: list[str] = []
     if to_create:
         futures = admin.client.create_topics(

@@ -122,7 +122,7 @@ class KafkaClientConfig:
         for key, value in settings.items():
             role, dot, rest = key.partition(".")
             if dot and role in ROLES:
-                target, name = prefixed[role], rest  # type: ignore[index]
+                target, name = prefixed[role], rest
             else:
                 target, name = common, key
             if name in RUNTIME_KEYS:

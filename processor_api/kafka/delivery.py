@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, cast
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
 
@@ -108,11 +108,11 @@ class FailedDelivery:
         partition = message.partition()
         timestamp_type, timestamp = message.timestamp()
         return cls(
-            topic=message.topic(),
+            topic=cast(str, message.topic()),  # a produced message has its topic
             partition=partition if partition is not None and partition >= 0 else None,
             key=message.key(),
             value=message.value(),
-            headers=tuple(message.headers() or ()),
+            headers=cast(RawHeaders, tuple(message.headers() or ())),  # list of (str, bytes)
             timestamp=None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
             error=error,
         )

@@ -35,20 +35,13 @@ class GroupCommitter:
         self.group_id = group_id
         self._bootstrap = bootstrap_servers
         self._results: list[tuple[KafkaError | None, Any]] = []
+        settings: dict[str, Any] = {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "on_commit": lambda error, partitions: self._results.append((error, partitions)),
+        }
         self._consumer = Consumer(
-            client_config(
-                bootstrap_servers,
-                role,
-                role="consumer",
-                kafka=kafka,
-                **{
-                    "group.id": group_id,
-                    "enable.auto.commit": False,
-                    "on_commit": lambda error, partitions: self._results.append(
-                        (error, partitions)
-                    ),
-                },
-            )
+            client_config(bootstrap_servers, role, role="consumer", kafka=kafka, **settings)
         )
 
     def group_metadata(self) -> object:
@@ -110,14 +103,9 @@ def committed_offsets(
     wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
     if not wanted:
         return {}
+    settings: dict[str, Any] = {"group.id": group_id, "enable.auto.commit": False}
     consumer = Consumer(
-        client_config(
-            bootstrap_servers,
-            "group-reader",
-            role="consumer",
-            kafka=kafka,
-            **{"group.id": group_id, "enable.auto.commit": False},
-        )
+        client_config(bootstrap_servers, "group-reader", role="consumer", kafka=kafka, **settings)
     )
     try:
         found = consumer.committed(wanted, timeout=timeout_s)

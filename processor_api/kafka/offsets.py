@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -270,13 +270,14 @@ def _fetch_ends(
                 )
             resolved: list[TopicPartition] = []
             for message in consumer.consume(num_messages=1000, timeout=min(0.1, remaining)):
-                key = (message.topic(), message.partition())
+                # a consumed message always has its topic, partition and offset
+                key = (cast(str, message.topic()), cast(int, message.partition()))
                 if key in ends or key not in starts:
                     continue
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        ends[key] = int(message.offset())
+                        ends[key] = cast(int, message.offset())
                     elif error.fatal() or error.code() in (
                         KafkaError.UNKNOWN_TOPIC_OR_PART,
                         KafkaError._UNKNOWN_PARTITION,
@@ -299,7 +300,7 @@ def _fetch_ends(
                 else:
                     tp = TopicPartition(key[0], key[1])
                     _, high = consumer.get_watermark_offsets(tp, cached=True)
-                    offset = int(message.offset())
+                    offset = cast(int, message.offset())
                     ends[key] = max(high if high != OFFSET_INVALID else 0, offset + 1)
                 resolved.append(TopicPartition(key[0], key[1]))
             if resolved:

@@ -135,7 +135,9 @@ class DeliveryTracker:
         self._unpolled = 0
         # Filled by the delivery callbacks (deque.append needs no lock), emptied by _settle:
         # (topic, partition, offset) of an acknowledged record, (error, message) of a failed one.
-        self._reports: deque[tuple[str, int, int] | tuple[KafkaError, Message]] = deque()
+        self._reports: deque[
+            tuple[str | None, int | None, int | None] | tuple[KafkaError, Message]
+        ] = deque()
         self._callback_errors: deque[tuple[Message, BaseException]] = deque()
         # Output records (``produce_values``) are acknowledged by a lighter callback that only
         # counts per topic; the counts are folded into the totals by ``_settle``.
@@ -170,6 +172,7 @@ class DeliveryTracker:
         # lock, nothing that may raise out of it.
         try:
             if error is None:
+                # no Python call between these (module docs): the report as it came
                 self._reports.append((message.topic(), message.partition(), message.offset()))
             else:  # kept as reported: FailedDelivery is made outside the callback, by _settle
                 self._reports.append((error, message))
@@ -184,12 +187,13 @@ class DeliveryTracker:
                 report = reports.popleft()
                 self._pending -= 1
                 if len(report) == 2:
-                    failure = FailedDelivery.from_report(*report)  # type: ignore[arg-type]
+                    failure = FailedDelivery.from_report(*report)
                     by_topic[failure.topic] -= 1
                     self._failed += 1
                     self._failures.append(failure)
                     continue
-                topic, partition, offset = report  # type: ignore[misc]
+                topic, partition, offset = report
+                assert topic is not None and partition is not None  # a delivered record's
                 by_topic[topic] -= 1
                 self._delivered += 1
                 key = (topic, partition)
@@ -220,7 +224,7 @@ class DeliveryTracker:
             timestamp = 0  # librdkafka: 0 = now
         elif timestamp == 0:
             self._warn_zero_timestamp(topic)
-        header_list = None
+        header_list: list[tuple[str, str | bytes | None]] | None = None
         if headers:
             header_list = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
         with self._lock:  # counted before produce(): its callback can only come later
@@ -371,7 +375,7 @@ class DeliveryTracker:
         key: bytes | None,
         partition: int,
         timestamp: int,
-        headers: list[tuple[str, bytes | None]] | None,
+        headers: list[tuple[str, str | bytes | None]] | None,
         on_delivery: Any = None,
     ) -> None:
         """``Producer.produce``, polling while the local queue is full (bounded wait)."""

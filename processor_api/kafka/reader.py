@@ -17,9 +17,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from processor_api.errors import SourceReadError, StalledReadError
 from processor_api.kafka.admin import client_config
@@ -35,7 +35,14 @@ _FATAL_CODES = (
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
 )
 
+
 #: Fetch sizes for reads of whole partitions (restore, task input, ``read-store``).
+def _offset(message: Message) -> int:
+    """A consumed message's offset (confluent-kafka types it optional: only a message that
+    was never stored in a partition has none)."""
+    return cast(int, message.offset())
+
+
 LARGE_FETCH = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}
 
 
@@ -169,7 +176,7 @@ def _read_bounded(
                 if error is not None:
                     code = error.code()
                     if code == KafkaError._PARTITION_EOF:
-                        eof_at = int(message.offset())
+                        eof_at = _offset(message)
                         if eof_at >= end:
                             done = True
                             break
@@ -194,7 +201,7 @@ def _read_bounded(
                         "read_transient_error", topic=topic, partition=partition, error=error.str()
                     )
                     continue
-                offset = message.offset()
+                offset = _offset(message)
                 if offset >= end:
                     done = True
                     break
@@ -278,14 +285,14 @@ def read_to_end(
                     continue
                 error = message.error()
                 if error is None:
-                    offset = message.offset()
+                    offset = _offset(message)
                     if offset >= positions[key]:
                         grouped.setdefault(key, []).append(message)
                         positions[key] = offset + 1
                     continue
                 code = error.code()
                 if code == KafkaError._PARTITION_EOF:
-                    ended[key] = max(int(message.offset()), positions[key])
+                    ended[key] = max(_offset(message), positions[key])
                 elif error.fatal() or code in _FATAL_CODES:
                     raise SourceReadError(
                         f"reading to the end failed: {error.str()}",

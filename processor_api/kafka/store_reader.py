@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from processor_api.errors import ConfigError, MissingTopicError, StreamsError
 from processor_api.kafka.admin import topic_partitions
@@ -290,7 +290,9 @@ class _Fold:
 def _replay(
     location: StoreLocation, builder: StoreBuilder, inner: Any, partition: int, end: int
 ) -> int:
-    write = inner.put_all if isinstance(inner, _Fold) else builder.restore_writer(inner)
+    write: Callable[[list[Any]], None] = (
+        inner.put_all if isinstance(inner, _Fold) else builder.restore_writer(inner)
+    )
     versions = builder.changelog_has_versions
     count = 0
     with PartitionReader(
@@ -305,7 +307,7 @@ def _replay(
             if versions:
                 write([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
             else:
-                write([(m.key(), m.value()) for m in messages])
+                write([(cast(bytes, m.key()), m.value()) for m in messages])  # keyed records
             count += len(messages)
     _log.debug(
         "store_partition_read",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.task import Task
@@ -89,7 +90,7 @@ class _Counts:
 class EpochTaskRunner(TaskRunner):
     """Runs the epochs of one task while this process owns it (see the module docs)."""
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - TaskRunner's
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # TaskRunner's
         super().__init__(*args, **kwargs)
         self._stream: ContinuousInput | None = None
         self._dirty = False  # something to commit since the last commit
@@ -211,8 +212,9 @@ class EpochTaskRunner(TaskRunner):
                     # producer (fencing the wedged one), it does again what was not committed
                     self._log.warning("transaction_abandoned", detail=str(exc))
                     self._resume(self._last_commit_json)
-                    task, stream = self._task, self._stream
-                    assert task is not None and stream is not None
+                    rebuilt, reopened = self._task, self._stream
+                    assert rebuilt is not None and reopened is not None
+                    task, stream = rebuilt, reopened
                     stream.set_bounds(self._bounds(end))
                     self._open_batch()
                     next_commit = time.monotonic() + interval_s

@@ -83,7 +83,7 @@ def _connect(name: str, timeout_s: float | None = None) -> socket.socket | None:
     return sock
 
 
-def request(name: str, message: dict[str, Any], timeout_s: float | None = None) -> Any:
+def request(name: str, message: Any, timeout_s: float | None = None) -> Any:
     """Send one request to the host ``name`` and return its reply (``None``: no such host)."""
     sock = _connect(name, timeout_s)
     if sock is None:

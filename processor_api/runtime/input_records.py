@@ -20,7 +20,7 @@ def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> lis
     """confluent-kafka messages of one partition as input records (no timestamp: -1, which
     the engine skips as Kafka Streams does)."""
     not_available = TIMESTAMP_NOT_AVAILABLE
-    records = []
+    records: list[InputRecord] = []
     append = records.append
     for message in messages:
         kind, timestamp = message.timestamp()

@@ -31,10 +31,16 @@ _log = get_logger(__name__)
 
 
 class Range(Protocol):
-    topic: str
-    partition: int
-    start: int
-    end: int
+    """Offsets ``[start, end)`` of one input partition (read only)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
 
 
 class HeldBackInput:

@@ -73,7 +73,7 @@ class TaskHost:
         self.end_epoch = threading.Event()  # the driver stops the run: end the epoch now
         self.stopping = threading.Event()  # a close or release request is queued
 
-    def handle(self, message: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def handle(self, message: Any) -> tuple[Any, bool]:
         """The reply to one request, and whether the host should exit afterwards."""
         if isinstance(message, CloseRequest | ReleaseRequest):
             self._close()

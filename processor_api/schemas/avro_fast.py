@@ -32,7 +32,7 @@ try:  # the parsing confluent_kafka's Avro serdes use; without it, no fast path
         parse_schema_with_repo,
     )
 except ImportError:  # pragma: no cover - another confluent_kafka layout
-    _schema_loads = parse_schema_with_repo = None
+    _schema_loads = parse_schema_with_repo = None  # type: ignore[assignment]
 
 #: The frame of the wire format's first version: magic byte 0 and a 4-byte schema id.
 FRAME = 5
@@ -44,7 +44,8 @@ def parse(schema_str: str) -> Any:
     if parse_schema_with_repo is None:
         return None
     try:
-        return parse_schema_with_repo(_schema_loads(schema_str).schema_str, named_schemas={})
+        loaded = _schema_loads(schema_str).schema_str
+        return None if loaded is None else parse_schema_with_repo(loaded, named_schemas={})
     except Exception:  # confluent_kafka's own path reports what is wrong with it
         return None
 

@@ -191,6 +191,7 @@ def avro(schema: str | None, registry: str | Mapping[str, Any] | None) -> Regist
     from processor_api.schemas.avro_fast import FastAvroDeserializer, FastAvroSerializer
 
     def make_ser(client: Any) -> Any:
+        assert schema is not None  # made only for a serde given a schema (below)
         return FastAvroSerializer(AvroSerializer(client, schema, conf=_serializer_conf()), schema)
 
     def make_de(client: Any) -> Any:

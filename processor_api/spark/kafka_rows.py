@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 from pyspark.sql.datasource import InputPartition
@@ -122,7 +122,7 @@ class _BatchBuilder:
         self.timestamps.append(-1 if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts))
         self.keys.append(message.key())
         self.values.append(message.value())
-        self.headers.append(message.headers() or _NO_HEADERS)
+        self.headers.append(cast(list[tuple[str, bytes | None]], message.headers() or _NO_HEADERS))
 
     def flush(self) -> Any:
         pa, schema, n = self._pa, self._schema, len(self.offsets)

@@ -351,7 +351,8 @@ class KafkaRangeDataSource(KafkaDataSource):
         """Format name for ``spark.readStream.format``."""
         return RANGE_SOURCE_NAME
 
-    def schema(self) -> str:
+    # pyspark's DataSource.schema may return a DDL string as well as a StructType
+    def schema(self) -> str:  # type: ignore[override]
         """:data:`RANGE_SCHEMA_DDL`."""
         return RANGE_SCHEMA_DDL
 

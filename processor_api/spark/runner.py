@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -523,7 +524,7 @@ class TopologyRunner:
         query.stop()
         _log.info("query_stopped", application_id=self.config.application_id)
 
-    def _install_signal_handlers(self):  # noqa: ANN202
+    def _install_signal_handlers(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = {}

@@ -18,6 +18,7 @@ from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.records import ListCollector
 from processor_api.engine.task import Task
 from processor_api.logging import get_logger
+from processor_api.state.builder import store_factory_in
 from processor_api.topology import Topology
 
 _log = get_logger(__name__)
@@ -52,9 +53,7 @@ def wall_clock_intervals_ms(topology: Topology, config: StreamsConfig) -> list[i
                     subtopology=subtopology,
                     partition=0,
                     store_builders=topology.store_builders,
-                    store_factory=lambda builder, timestamp_fn, d=task_dir: builder.build(
-                        state_dir=d, timestamp_fn=timestamp_fn
-                    ),
+                    store_factory=store_factory_in(task_dir),
                     collector=ListCollector(),
                     config=config,
                     global_task=global_task,

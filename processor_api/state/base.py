@@ -133,9 +133,9 @@ class InnerLayer:
     @property
     def persistent(self) -> bool:
         """Whether the inner store is persistent."""
-        return self.inner.persistent  # type: ignore[no-any-return]
+        return self.inner.persistent
 
     @property
     def is_open(self) -> bool:
         """Whether the inner store is open."""
-        return self.inner.is_open  # type: ignore[no-any-return]
+        return self.inner.is_open

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from processor_api.logging import get_logger
 from processor_api.state.base import BytesStore
@@ -200,7 +201,7 @@ def _merge(
 ) -> Iterator[tuple[bytes, bytes]]:
     """Merge two key-sorted streams; ``cached`` wins on equal keys, ``None`` values hide."""
     ahead = (lambda a, b: a > b) if reverse else (lambda a, b: a < b)
-    sentinel = (None, None)
+    sentinel: tuple[Any, Any] = (None, None)
     s_key, s_val = next(stored, sentinel)
     for c_key, c_val in cached:
         while s_key is not None and ahead(s_key, c_key):

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
+from typing import cast
 
 import rocksdict
 
@@ -83,7 +84,8 @@ class RocksDBBytesStore(BytesStore):
         self._iterators: weakref.WeakSet[_RangeIterator] = weakref.WeakSet()
         if disable_wal:
             write_opts = rocksdict.WriteOptions()
-            write_opts.disable_wal = True
+            # rocksdict's stubs type this property as a method
+            write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
             self._db.set_write_options(write_opts)
         _log.debug("store_opened", store=name, kind="rocksdb", path=str(self.path))
 
@@ -154,7 +156,7 @@ class RocksDBBytesStore(BytesStore):
             return iter(())
         start, end = (hi, lo) if reverse else (lo, hi)
         native = db.items(backwards=reverse, from_key=start)
-        iterator = _RangeIterator(self, native, end, reverse)
+        iterator = _RangeIterator(self, cast(Iterator[tuple[bytes, bytes]], native), end, reverse)
         self._iterators.add(iterator)
         return iterator
 

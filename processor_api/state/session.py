@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, overload
 
 from processor_api.errors import StoreError
@@ -94,11 +95,11 @@ class SessionStore(TimeOrderedStore):
 
     @overload
     def find_sessions(
-        self, key: Any, earliest_session_end: int, latest_session_start: int
+        self, key: Any, earliest_session_end: int, latest_session_start: int, /
     ) -> StoreIterator: ...
     @overload
     def find_sessions(
-        self, key_from: Any, key_to: Any, earliest_session_end: int, latest_session_start: int
+        self, key_from: Any, key_to: Any, earliest_session_end: int, latest_session_start: int, /
     ) -> StoreIterator: ...
 
     def find_sessions(self, *args: Any) -> StoreIterator:
@@ -113,11 +114,11 @@ class SessionStore(TimeOrderedStore):
 
     @overload
     def backward_find_sessions(
-        self, key: Any, earliest_session_end: int, latest_session_start: int
+        self, key: Any, earliest_session_end: int, latest_session_start: int, /
     ) -> StoreIterator: ...
     @overload
     def backward_find_sessions(
-        self, key_from: Any, key_to: Any, earliest_session_end: int, latest_session_start: int
+        self, key_from: Any, key_to: Any, earliest_session_end: int, latest_session_start: int, /
     ) -> StoreIterator: ...
 
     def backward_find_sessions(self, *args: Any) -> StoreIterator:
@@ -166,7 +167,7 @@ class SessionStore(TimeOrderedStore):
 
     def _decoder(
         self, lo: bytes | None, hi: bytes | None, min_end: int, max_start: int, size: int | None
-    ):
+    ) -> Callable[[bytes, bytes], Any]:
         deserialize_key = self.key_serde.deserialize
         deserialize = self.value_serde.deserialize
 

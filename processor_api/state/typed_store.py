@@ -40,12 +40,12 @@ class TypedStore:
     @property
     def persistent(self) -> bool:
         """True when the data lives on local disk (RocksDB)."""
-        return self.bytes_store.persistent  # type: ignore[no-any-return]
+        return self.bytes_store.persistent
 
     @property
     def is_open(self) -> bool:
         """True until :meth:`close`."""
-        return self._open and self.bytes_store.is_open  # type: ignore[no-any-return]
+        return self._open and self.bytes_store.is_open
 
     def _check_open(self) -> None:
         if not self.is_open:

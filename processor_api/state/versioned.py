@@ -19,7 +19,7 @@ the raw entries back and takes those change records off the pending ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from processor_api.errors import StoreError
@@ -81,7 +81,9 @@ class VersionedBytesStore(InnerLayer):
     def _prefix(key: bytes) -> bytes:
         return _DATA + key
 
-    def _versions(self, prefix: bytes, low: int, high: int, reverse: bool):
+    def _versions(
+        self, prefix: bytes, low: int, high: int, reverse: bool
+    ) -> Iterator[tuple[int, bytes]]:
         size = len(prefix) + TIMESTAMP_SIZE
         for stored, data in self.inner.range(
             prefix + pack_long(low), prefix + pack_long(high), reverse
@@ -291,10 +293,12 @@ class VersionedKeyValueStore(TypedStore):
     def track_writes(self, log: Any) -> None:
         """Journal every write in ``log`` (an ``UndoLog``; None: stop), below the change log."""
         journal = None if log is None else log.entries
-        for kind in (ChangeLoggingVersionedBytesStore, VersionedBytesStore):
-            layer = find_layer(self.bytes_store, kind)
-            if layer is not None:
-                layer.undo = journal
+        changelog = find_layer(self.bytes_store, ChangeLoggingVersionedBytesStore)
+        if changelog is not None:
+            changelog.undo = journal
+        store = find_layer(self.bytes_store, VersionedBytesStore)
+        if store is not None:
+            store.undo = journal
 
     def forget_last_read(self) -> None:
         """Nothing is remembered between calls (every journaled write reads what it needs)."""

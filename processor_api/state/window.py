@@ -100,11 +100,13 @@ class WindowStore(TimeOrderedStore):
     # ------------------------------------------------------------------ point and range reads
 
     @overload
-    def fetch(self, key: Any, window_start_ms: int) -> Any: ...
+    def fetch(self, key: Any, window_start_ms: int, /) -> Any: ...
     @overload
-    def fetch(self, key: Any, time_from: int, time_to: int) -> WindowStoreIterator: ...
+    def fetch(self, key: Any, time_from: int, time_to: int, /) -> WindowStoreIterator: ...
     @overload
-    def fetch(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> StoreIterator: ...
+    def fetch(
+        self, key_from: Any, key_to: Any, time_from: int, time_to: int, /
+    ) -> StoreIterator: ...
 
     def fetch(self, *args: Any) -> Any:
         """Kafka Streams' three ``fetch`` forms, chosen by the number of arguments.
@@ -118,10 +120,10 @@ class WindowStore(TimeOrderedStore):
         return self._fetch(args, reverse=False)
 
     @overload
-    def backward_fetch(self, key: Any, time_from: int, time_to: int) -> WindowStoreIterator: ...
+    def backward_fetch(self, key: Any, time_from: int, time_to: int, /) -> WindowStoreIterator: ...
     @overload
     def backward_fetch(
-        self, key_from: Any, key_to: Any, time_from: int, time_to: int
+        self, key_from: Any, key_to: Any, time_from: int, time_to: int, /
     ) -> StoreIterator: ...
 
     def backward_fetch(self, *args: Any) -> Any:

