@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: all venv run test test-fast lint bench bench-quick soak clean
+.PHONY: all venv run test test-fast lint docs bench bench-quick soak clean
 
 all: test
 
@@ -45,6 +45,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 
+## docs: the manual (MkDocs, docs/ and mkdocs.yml) into site/; warnings are errors
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --full
 
@@ -59,4 +63,4 @@ soak: $(STAMP)
 		--guarantee both --out bench/results/soak.json
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache

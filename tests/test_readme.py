@@ -3,9 +3,10 @@
 * Every ```python block directly preceded by a line ``<!-- test -->`` is executed, in the
   order of the README, in one shared namespace (as a reader pasting them into one file would);
   every ``test_*`` function they define is then called as its own pytest case.
-* Every ```text block preceded by ``<!-- describe: MODULE:FUNCTION -->`` must equal
-  ``str(FUNCTION().describe())``.
-* Every ``--flag`` the README mentions is a ``run-topology`` or ``read-store`` option.
+* Every ``--flag`` the README mentions is a ``run-topology``, ``read-store`` or
+  ``processor-api`` option.
+
+The manual's examples (docs/) are run by tests/test_docs.py.
 
 Needs neither the broker nor Spark.
 """
@@ -22,12 +23,9 @@ import pytest
 README = Path(__file__).resolve().parent.parent / "README.md"
 TEST_MARKER = "<!-- test -->"
 TESTED_BLOCK = re.compile(r"^<!-- test -->\n```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-DESCRIBE_BLOCK = re.compile(
-    r"^<!-- describe: (\S+) -->\n```text\n(.*?)^```$", re.MULTILINE | re.DOTALL
-)
 TEST_FUNCTION = re.compile(r"^def (test_\w+)\(", re.MULTILINE)
 # ``--`` options the README may mention that are not run-topology flags.
-OTHER_FLAGS: set[str] = {"--check"}  # ruff format --check (make lint)
+OTHER_FLAGS: set[str] = {"--check", "--strict"}  # ruff format --check, mkdocs build --strict
 
 
 def _readme() -> str:
@@ -68,17 +66,6 @@ def test_the_tested_blocks_define_tests(readme_namespace):
 @pytest.mark.parametrize("name", _declared_tests())
 def test_readme_example(readme_namespace, name):
     readme_namespace[name]()
-
-
-@pytest.mark.parametrize(
-    ("reference", "printed"), DESCRIBE_BLOCK.findall(_readme()) or [("none", "")]
-)
-def test_printed_describe_output_is_current(reference, printed):
-    from processor_api.loader import load_topology
-
-    assert reference != "none", "the README shows no describe() output to check"
-    actual = str(load_topology(reference).describe())
-    assert printed.rstrip("\n") == actual.rstrip("\n")
 
 
 def test_cli_flags_in_readme_exist():
