@@ -68,4 +68,4 @@ soak: $(STAMP)
 		--repeat $(SOAK_REPEAT) --guarantee both --out bench/results/soak.json
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache

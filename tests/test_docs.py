@@ -1,123 +1,137 @@
-"""The examples of the README and of the manual (``docs/``) run as printed.
+"""The manual's examples (docs/**/*.md) run as printed.
 
-For each document (README.md, every ``docs/**/*.md``):
-
-* Every ```python block directly preceded by a line ``<!-- test -->`` is executed, in the
-  order of the document, in one namespace per document (as a reader pasting them into one file
-  would); every ``test_*`` function they define is then called as its own pytest case. A block
-  without the marker is a fragment (it needs a broker, a cluster, or names from the text).
+* Every fenced ```python block of a page is executed, in the order of the page, in one
+  namespace per page (as a reader pasting the page's blocks into one file would); every
+  ``test_*`` function they define is then called as its own pytest case.
+* A block that is a fragment and does not run on its own (it needs a broker, a Spark session or
+  names defined elsewhere) is marked by a line ``<!-- fragment -->`` directly before its fence.
+  The marker is an HTML comment, so the rendered manual does not show it.
 * Every ```text block preceded by ``<!-- describe: MODULE:FUNCTION -->`` must equal
   ``str(FUNCTION().describe())``.
-* Every ``--flag`` a document mentions is an option of ``run-topology``, ``read-store`` or
-  ``processor-api``.
 
-Needs neither the broker nor Spark.
+* Every ``--flag`` the manual mentions is a ``run-topology``, ``read-store`` or ``processor-api``
+  option (performance.md, which quotes the benchmarks' commands, aside).
+
+Needs neither the broker nor Spark: a block that does goes behind ``<!-- fragment -->``.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-TEST_MARKER = "<!-- test -->"
-TESTED_BLOCK = re.compile(r"^<!-- test -->\n```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+FRAGMENT_MARKER = "<!-- fragment -->"
+# A python fence at the start of a line, and the line before it (to see the fragment marker).
+PYTHON_BLOCK = re.compile(r"(?:^([^\n]*)\n)?^```python[^\n]*\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 DESCRIBE_BLOCK = re.compile(
     r"^<!-- describe: (\S+) -->\n```text\n(.*?)^```$", re.MULTILINE | re.DOTALL
 )
 TEST_FUNCTION = re.compile(r"^def (test_\w+)\(", re.MULTILINE)
-# ``--`` options the README may mention that are not run-topology flags.
-OTHER_FLAGS: set[str] = {"--check", "--strict"}  # ruff format --check, mkdocs build --strict
+# Pages whose ``--flags`` belong to other tools: the benchmarks' commands in bench/.
+OTHER_TOOLS_PAGES = {"performance.md"}
 
 
-def _name(document: Path) -> str:
-    return str(document.relative_to(ROOT))
+def _pages() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
 
 
-def _text(document: Path) -> str:
-    return document.read_text(encoding="utf-8")
+def _page_id(page: Path) -> str:
+    return page.relative_to(DOCS).as_posix()
 
 
-def _tested_blocks(document: Path) -> list[str]:
-    return TESTED_BLOCK.findall(_text(document))
-
-
-def _declared_tests() -> list[tuple[str, str]]:
+def _runnable_blocks(page: Path) -> list[str]:
+    text = page.read_text(encoding="utf-8")
     return [
-        (_name(document), name)
-        for document in DOCUMENTS
-        for block in _tested_blocks(document)
+        code for before, code in PYTHON_BLOCK.findall(text) if before.strip() != FRAGMENT_MARKER
+    ]
+
+
+def _pages_with_blocks() -> list[Path]:
+    return [page for page in _pages() if _runnable_blocks(page)]
+
+
+def _run_page(page: Path) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+    for index, block in enumerate(_runnable_blocks(page), start=1):
+        code = compile(block, f"docs/{_page_id(page)} (python block {index})", "exec")
+        exec(code, namespace)  # noqa: S102 - the manual's own examples
+    return namespace
+
+
+_NAMESPACES: dict[Path, dict[str, Any]] = {}
+
+
+def _namespace(page: Path) -> dict[str, Any]:
+    if page not in _NAMESPACES:
+        _NAMESPACES[page] = _run_page(page)
+    return _NAMESPACES[page]
+
+
+def _declared_tests() -> list[tuple[Path, str]]:
+    return [
+        (page, name)
+        for page in _pages_with_blocks()
+        for block in _runnable_blocks(page)
         for name in TEST_FUNCTION.findall(block)
     ]
 
 
-_NAMESPACES: dict[str, dict[str, Any]] = {}
+def test_the_manual_has_pages_and_runnable_blocks():
+    assert len(_pages()) >= 10
+    assert len(_pages_with_blocks()) >= 3
 
 
-def _namespace(document_name: str) -> dict[str, Any]:
-    """The namespace left by executing every tested block of the document in order."""
-    if document_name not in _NAMESPACES:
-        namespace: dict[str, Any] = {"__name__": "documented_examples"}
-        for index, block in enumerate(_tested_blocks(ROOT / document_name), start=1):
-            code = compile(block, f"{document_name} (tested block {index})", "exec")
-            exec(code, namespace)  # noqa: S102 - the documents' own examples
-        _NAMESPACES[document_name] = namespace
-    return _NAMESPACES[document_name]
+def test_the_fence_pattern_sees_every_python_block():
+    """A ```python fence the pattern misses would silently go untested."""
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        fences = re.findall(r"^```python", text, re.MULTILINE)
+        assert len(fences) == len(PYTHON_BLOCK.findall(text)), _page_id(page)
 
 
-def test_there_are_documents_with_tested_examples():
-    assert len(DOCUMENTS) > 5
-    assert _tested_blocks(ROOT / "README.md"), "the README runs no example"
+def test_fragment_markers_precede_python_blocks():
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        markers = text.count(FRAGMENT_MARKER)
+        marked = sum(1 for before, _ in PYTHON_BLOCK.findall(text) if before == FRAGMENT_MARKER)
+        assert markers == marked, f"docs/{_page_id(page)}: a fragment marker not before ```python"
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=_name)
-def test_every_test_marker_is_followed_by_a_python_block(document):
-    markers = re.findall(rf"^{re.escape(TEST_MARKER)}$", _text(document), re.MULTILINE)
-    assert len(markers) == len(_tested_blocks(document))
+@pytest.mark.parametrize("page", _pages_with_blocks(), ids=_page_id)
+def test_page_blocks_run(page):
+    _namespace(page)
 
 
-@pytest.mark.parametrize("document", [d for d in DOCUMENTS if _tested_blocks(d)], ids=_name)
-def test_the_tested_blocks_run_and_define_their_tests(document):
-    namespace = _namespace(_name(document))
-    defined = [
-        name for name, obj in namespace.items() if name.startswith("test_") and callable(obj)
-    ]
-    declared = [name for doc, name in _declared_tests() if doc == _name(document)]
-    assert sorted(defined) == sorted(declared)
-
-
-@pytest.mark.parametrize(("document", "name"), _declared_tests())
-def test_documented_example(document, name):
-    _namespace(document)[name]()
+@pytest.mark.parametrize(
+    ("page", "name"), _declared_tests(), ids=[f"{_page_id(p)}::{n}" for p, n in _declared_tests()]
+)
+def test_docs_example(page, name):
+    _namespace(page)[name]()
 
 
 def _describe_blocks() -> list[tuple[str, str, str]]:
     return [
-        (_name(document), reference, printed)
-        for document in DOCUMENTS
-        for reference, printed in DESCRIBE_BLOCK.findall(_text(document))
+        (_page_id(page), reference, printed)
+        for page in _pages()
+        for reference, printed in DESCRIBE_BLOCK.findall(page.read_text(encoding="utf-8"))
     ]
 
 
-@pytest.mark.parametrize(("document", "reference", "printed"), _describe_blocks())
-def test_printed_describe_output_is_current(document, reference, printed):
+@pytest.mark.parametrize(("page", "reference", "printed"), _describe_blocks())
+def test_printed_describe_output_is_current(page, reference, printed):
     from processor_api.loader import load_topology
 
     actual = str(load_topology(reference).describe())
-    assert printed.rstrip("\n") == actual.rstrip("\n")
+    assert printed.rstrip("\n") == actual.rstrip("\n"), page
 
 
-def test_some_describe_output_is_checked():
-    assert _describe_blocks(), "no document shows describe() output to check"
+def test_cli_flags_in_the_manual_exist():
+    import argparse
 
-
-@pytest.mark.parametrize("document", DOCUMENTS, ids=_name)
-def test_cli_flags_mentioned_exist(document):
     from processor_api.broker_cli import build_parser as build_tool_parser
     from processor_api.cli import build_parser
     from processor_api.read_store_cli import build_parser as build_read_store_parser
@@ -132,5 +146,11 @@ def test_cli_flags_mentioned_exist(document):
         for action in parser._actions
         for option in action.option_strings
     }
-    mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", _text(document)))
-    assert sorted(mentioned - known - OTHER_FLAGS) == []
+    unknown = {
+        f"docs/{_page_id(page)}: {flag}"
+        for page in _pages()
+        if _page_id(page) not in OTHER_TOOLS_PAGES
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", page.read_text(encoding="utf-8"))
+        if flag not in known
+    }
+    assert sorted(unknown) == []
