@@ -259,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(passes(reports))
     ok = all(verdict(r) for r in reports)
+    broken = any(not r.failure and not verdict(r) for r in reports)
+    failed_runs = sum(1 for r in reports if r.failure)
+    outcome = "OK" if ok else ("GUARANTEE BROKEN" if broken else f"{failed_runs} RUN(S) FAILED")
     print(
-        f"\nresult: {'OK' if ok else 'GUARANTEE BROKEN'}\n"
+        f"\nresult: {outcome}\n"
         "  exactly-once is judged on committed transactions; 'aborted shown': records of "
         "aborted transactions\n  that Tansu returns to read_committed readers; 'in output': "
         "mid-batch kills made after the next\n  task's first output reached the log; "
