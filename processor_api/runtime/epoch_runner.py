@@ -249,13 +249,11 @@ class EpochTaskRunner(TaskRunner):
         collector = self._collector
         assert collector is not None
         sent_before = collector.sent
-        processed = task.process_batch(records)
-        fired = task.maybe_punctuate_wall_clock()
-        advanced = task.advance_idle_stream_time()
+        processed, punctuated = self._process(task, records)
         self._catch_up_global()
         self._counts.processed += processed
         self._counts.outputs += collector.sent - sent_before
-        if processed or fired or advanced or collector.sent != sent_before:
+        if processed or punctuated or collector.sent != sent_before:
             self._dirty = True
 
     def _punctuation_wait_s(self, task: Task, wait_s: float) -> float:
@@ -291,6 +289,7 @@ class EpochTaskRunner(TaskRunner):
         if not self._dirty and self._committed_json is not None:
             return
         dropped_before = failures.dropped
+        started = time.monotonic()
         try:
             # 1. store caches flushed; their changelog records produced
             changelog_count = self._produce_changelogs(task, collector)
@@ -319,6 +318,7 @@ class EpochTaskRunner(TaskRunner):
         counts.commits += 1
         counts.changelog_records += changelog_count
         counts.dropped += failures.dropped - dropped_before
+        self._committed_metrics(task, stores, failures, time.monotonic() - started)
 
     def _group_offsets(self, task: Task, stream: ContinuousInput) -> dict[tuple[str, int], int]:
         """The consumer-group offsets of this commit: per input, the first record the task

@@ -50,6 +50,7 @@ from processor_api.runtime.global_stores import GlobalStores
 from processor_api.runtime.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
+from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_sizes
 from processor_api.runtime.patience import Patience
 from processor_api.runtime.pending_input import (
     HeldBackInput,
@@ -142,6 +143,9 @@ class TaskRunner:
             kafka=spec.kafka,
         )
         self.inits = 0
+        #: What the task did in this process (``runtime/metrics.py``), read by the host's
+        #: metrics publisher.
+        self.metrics = TaskMetrics(task_id)
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
     def _make_guarantee(self) -> Guarantee:
@@ -195,10 +199,9 @@ class TaskRunner:
             if waits_for_lagging_inputs(task, self.spec.bounded):
                 lags = broker_lags(self._input.reader, ranges, self.subtopology.source_topics)
                 task.update_lags(lags)
-            task.process_batch(records)
-            task.maybe_punctuate_wall_clock()
-            task.advance_idle_stream_time()
+            self._process(task, records)
             pending = self._held_back.after_batch(task, ranges)
+            commit_started = time.monotonic()
             changelog_count = self._produce_changelogs(task, collector)
             guarantee.flush(failures)
             positions = self._acked_changelog_positions(task)
@@ -211,6 +214,7 @@ class TaskRunner:
         except BaseException:
             self._log.warning("task_batch_failed", buffered_writes_dropped=self._abandon_batch())
             raise
+        self._committed_metrics(task, stores, failures, time.monotonic() - commit_started)
         self._batch_open = False
         self._last_batch_end = time.monotonic()
         self._commit_state = metadata.commit
@@ -262,7 +266,7 @@ class TaskRunner:
             return False
         try:
             self._open_batch()
-            return task.maybe_punctuate_wall_clock()
+            return self._punctuate_wall_clock(task)
         except BaseException as exc:  # noqa: BLE001 - reported by the next micro-batch
             self._log.warning(
                 "punctuation_between_batches_failed",
@@ -278,6 +282,41 @@ class TaskRunner:
             and last is not None
             and time.monotonic() - last < BETWEEN_BATCHES_WINDOW_S
         )
+
+    def _process(self, task: Task, records: list[Any]) -> tuple[int, bool]:
+        """Process ``records`` (a poll batch or a micro-batch's ranges) and punctuate, with
+        the task's metrics updated once for the batch; (processed, punctuated or advanced)."""
+        collector = self._collector
+        assert collector is not None
+        sent_before = collector.sent
+        started = time.perf_counter()
+        processed = task.process_batch(records)
+        elapsed_s = time.perf_counter() - started
+        fired = self._punctuate_wall_clock(task)
+        advanced = task.advance_idle_stream_time()
+        metrics = self.metrics
+        metrics.observe_batch(records, processed, elapsed_s, collector.sent - sent_before)
+        metrics.phase = "running"
+        return processed, fired or advanced
+
+    def _punctuate_wall_clock(self, task: Task) -> bool:
+        """Fire the due wall-clock punctuations; how late they fired goes to the metrics."""
+        due = task.next_wall_clock_due()
+        now = task.clock()
+        fired = task.maybe_punctuate_wall_clock(now)
+        if fired and due is not None and due <= now:
+            self.metrics.punctuation_lateness.observe((now - due) / 1000)
+        return fired
+
+    def _committed_metrics(
+        self, task: Task, stores: TaskStores, failures: TaskDeliveryFailures, took_s: float
+    ) -> None:
+        """After a commit: its latency, the stores' sizes and the handlers' drops."""
+        metrics = self.metrics
+        metrics.commits += 1
+        metrics.commit_latency.observe(took_s)
+        metrics.store_entries, metrics.store_bytes = store_sizes(stores.buffers)
+        metrics.set_dropped({**task.errors.dropped, "delivery": failures.dropped})
 
     def _open_batch(self) -> None:
         if not self._batch_open:
@@ -317,6 +356,9 @@ class TaskRunner:
         if self._task is not None:
             self._log.info("task_rebuilt", reason="the committed state moved on elsewhere")
         self._drop_task()
+        if self.inits:
+            self.metrics.rebuilds += 1
+        self.metrics.phase = "restoring"
         metadata = self._guarantee.recover(metadata)
         builders = {
             name: self.topology.store_builders[name] for name in self.subtopology.store_names
@@ -377,7 +419,9 @@ class TaskRunner:
     def _restore_listener(self) -> StateRestoreListener | None:
         """The configured ``state.restore.listener``, made once per task runner."""
         if self._listener is None:
-            self._listener = resolve_restore_listener(self.config.state_restore_listener)
+            self._listener = RestoreMetrics(
+                self.metrics, resolve_restore_listener(self.config.state_restore_listener)
+            )
         return self._listener
 
     def _global_task(self) -> GlobalTask | None:
@@ -444,6 +488,7 @@ class TaskRunner:
         task, stores = self._task, self._stores
         self._task = self._stores = self._collector = None
         self._committed_json = None
+        self.metrics.task_dropped()
         if task is not None:
             try:
                 task.close(close_stores=False)
