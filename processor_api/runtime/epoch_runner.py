@@ -139,6 +139,7 @@ class EpochTaskRunner(TaskRunner):
             inits=self.inits,
             rebuilt=rebuilt,
             dropped_records=counts.dropped,
+            lag=self._input_lag(stream),
         )
 
     def _end_uncommitted(self, interrupted: WaitInterrupted) -> EpochReply:
@@ -211,6 +212,11 @@ class EpochTaskRunner(TaskRunner):
                 if finished:
                     return
                 self._open_batch()
+
+    @staticmethod
+    def _input_lag(stream: ContinuousInput) -> int | None:
+        lags = stream.lags()
+        return None if any(v is None for v in lags.values()) else sum(lags.values())  # type: ignore[misc]
 
     def _waiting_for_input(self) -> str:
         topics = self._stream.topics if self._stream is not None else []

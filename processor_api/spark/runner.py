@@ -36,7 +36,7 @@ from processor_api.logging import get_logger
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.spark.failures import query_failed
-from processor_api.spark.progress import Progress, log_batch_timings, source_positions
+from processor_api.spark.progress import Progress, log_batch_timings, observed, source_positions
 from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
 from processor_api.spark.session import build_spark_session
 from processor_api.spark.settings import STOP_GRACE_S, RunResult, RunSettings
@@ -259,7 +259,8 @@ class TopologyRunner:
             timeoutConf=timeout,
         )
         writer = (
-            results.writeStream.foreachBatch(self._progress.on_batch)
+            observed(results)
+            .writeStream.foreachBatch(self._progress.on_batch)
             .option("checkpointLocation", self.settings.resolved_checkpoint_dir)
             .queryName(re.sub(r"\W", "_", self.config.application_id))
         )
@@ -350,7 +351,8 @@ class TopologyRunner:
             )
         )
         writer = (
-            results.writeStream.foreachBatch(self._progress.on_batch)
+            observed(results)
+            .writeStream.foreachBatch(self._progress.on_batch)
             .option("checkpointLocation", checkpoint)
             .queryName(re.sub(r"\W", "_", self.config.application_id))
         )

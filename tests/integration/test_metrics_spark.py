@@ -40,6 +40,15 @@ def _lifetime_run(kafka, spark, tmp_path, run_id, topics, **config):
     )
 
 
+def _observed(run):
+    """The run's observed metrics in each of Spark's progress reports."""
+    return [
+        p["observedMetrics"]["processor_api"]
+        for p in run.runner._query.recentProgress
+        if "processor_api" in (p.get("observedMetrics") or {})
+    ]
+
+
 def _caught_up(port, processed):
     """The samples once the tasks processed ``processed`` records and no lag is left."""
     samples = scrape(port)
@@ -92,6 +101,9 @@ def test_a_run_in_epochs_is_seen_by_metrics_health_probes_and_status(
         assert values(samples, "processor_api_host_resident_memory_bytes")
         assert total(samples, "processor_api_task_running") == 2
         run.stop()
+    observed = _observed(run)  # Spark's own progress: the epoch that ended at the stop
+    assert sum(o["records"] for o in observed) == FIRST
+    assert observed[-1]["lag"] == 0 and observed[-1]["tasks"] == 2
 
     # 2. stopped: status shows the records that came since as lag
     produce(
@@ -180,3 +192,6 @@ def test_a_micro_batch_run_counts_and_catches_up_too(kafka, spark, tmp_path):
         assert get(port, "/health/ready")[0] == 200
         assert total(samples, "processor_api_spark_batches_total") >= 1
         run.stop()
+    observed = _observed(run)
+    assert sum(o["records"] for o in observed) == 30
+    assert all(o["lag"] is None for o in observed)  # micro-batches: the source shows offsets
