@@ -119,8 +119,9 @@ def observed(results: Any) -> Any:
     """``results`` (one row per task and batch) with the run's figures observed for Spark's
     progress: ``query.lastProgress["observedMetrics"]["processor_api"]`` holds, per batch
     (micro-batch or epoch), the records processed, outputs, changelog records, records
-    restored, tasks and (epochs) the lag left at the epoch's end. Python data sources cannot
-    report custom metrics in pyspark 4, hence ``observe`` on the rows the tasks return."""
+    restored, tasks, (epochs) the lag left at the epoch's end, and the longest task call
+    (``max_task_ms``). Python data sources cannot report custom metrics in pyspark 4, hence
+    ``observe`` on the rows the tasks return."""
     from pyspark.sql import functions as F
 
     return results.observe(
@@ -131,6 +132,7 @@ def observed(results: Any) -> Any:
         F.coalesce(F.sum("restored"), F.lit(0)).alias("restored"),
         F.count(F.lit(1)).alias("tasks"),
         F.sum("lag").alias("lag"),
+        F.max("duration_ms").alias("max_task_ms"),
     )
 
 
