@@ -216,7 +216,8 @@ class EpochTaskRunner(TaskRunner):
     @staticmethod
     def _input_lag(stream: ContinuousInput) -> int | None:
         lags = stream.lags()
-        return None if any(v is None for v in lags.values()) else sum(lags.values())  # type: ignore[misc]
+        known = [lag for lag in lags.values() if lag is not None]
+        return sum(known) if len(known) == len(lags) else None
 
     def _waiting_for_input(self) -> str:
         topics = self._stream.topics if self._stream is not None else []

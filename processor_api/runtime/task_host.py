@@ -166,7 +166,12 @@ class TaskHost:
             raise
         if spec.metrics_interval_s is not None and self._publisher is None:
             metrics = runner.metrics  # kept for the last report, sent after the task closed
-            self._publisher = MetricsPublisher(spec, lambda: [metrics])
+            try:
+                self._publisher = MetricsPublisher(spec, lambda: [metrics])
+            except Exception as exc:  # noqa: BLE001 - the task runs on without metrics
+                get_logger("processor_api.task_host", task=task_id).warning(
+                    "metrics_publisher_not_started", error=f"{type(exc).__name__}: {exc}"
+                )
         return runner
 
     def _take_lock(self, task_id: str) -> TaskLock:

@@ -638,8 +638,9 @@ class RunMetrics:
 
 #: How often every task host sends its metrics report (seconds).
 METRICS_INTERVAL_S = 1.0
-#: The metrics topic keeps reports for an hour: only the newest ones matter.
-METRICS_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "3600000"}
+#: The metrics topic keeps reports ten minutes (in one-minute segments, so that the broker
+#: can delete them): the driver reads only new ones. 100 tasks send about 0.6 MB/s.
+METRICS_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "600000", "segment.ms": "60000"}
 
 #: Records of one micro-batch at most, unless ``max_records_per_batch`` says otherwise.
 DEFAULT_MAX_RECORDS_PER_BATCH = 200_000
