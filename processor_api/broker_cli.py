@@ -1,4 +1,11 @@
-"""``processor-api broker``: an embedded broker (Tansu) in the foreground, for local development.
+"""``processor-api``: tools around a Processor API application.
+
+``processor-api status --bootstrap-servers HOST:PORT --application-id APP [--json]`` shows what
+Kafka says about an application, running or stopped (``app_status.py``): per task its committed
+input positions and lag, stream time, last commit and its age, changelog sizes. Exit status: 0,
+2 for bad arguments, a broker that does not answer or an application that never committed.
+
+``processor-api broker``: an embedded broker (Tansu) in the foreground, for local development.
 
     processor-api broker --port 9092 --topic orders:3 --topic customers
 
@@ -18,10 +25,12 @@ import sys
 import threading
 from types import FrameType
 
-from processor_api.errors import BrokerUnavailableError, StreamsError
+from processor_api.cli import add_kafka_arguments, kafka_settings
+from processor_api.errors import BrokerUnavailableError, ConfigError, StreamsError
 from processor_api.logging import LEVELS, configure_logging
 
 PROG = "processor-api"
+ALIVE_WITHIN_S = 120.0  # app_status.ALIVE_WITHIN_S, without importing the Kafka clients
 #: How often the foreground loop checks that the broker process is still alive (seconds).
 _ALIVE_CHECK_S = 1.0
 
@@ -36,7 +45,7 @@ def _topic(text: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``processor-api`` arguments (one sub-command so far: ``broker``)."""
+    """The ``processor-api`` arguments (sub-commands ``broker`` and ``status``)."""
     parser = argparse.ArgumentParser(prog=PROG, description="Processor API tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     broker = commands.add_parser(
@@ -57,6 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="create this topic once the broker is up (repeatable; 1 partition by default)",
     )
     broker.add_argument("--log-level", choices=LEVELS, default="warning")
+    status = commands.add_parser(
+        "status",
+        help="show an application's tasks as Kafka holds them (lag, last commit, stores)",
+        description="Per task: committed input positions and lag, stream time, last commit "
+        "and its age, changelog sizes; read from Kafka only (commit markers, the consumer "
+        "group, end offsets), while the application runs or after it stopped.",
+    )
+    status.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
+    status.add_argument("--application-id", required=True)
+    status.add_argument("--json", action="store_true", help="JSON for scripts")
+    status.add_argument(
+        "--alive-within",
+        type=float,
+        default=ALIVE_WITHIN_S,
+        metavar="SECONDS",
+        help="a task whose last commit is younger looks alive (default %(default)g)",
+    )
+    add_kafka_arguments(status)
+    status.add_argument("--log-level", choices=LEVELS, default="warning")
     return parser
 
 
@@ -64,7 +92,28 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``processor-api``; returns the exit status."""
     args = build_parser().parse_args(argv)
     configure_logging("console", args.log_level)
+    if args.command == "status":
+        return _status(args)
     return _broker(args.port, args.topic)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from processor_api.app_status import application_status, format_table
+    from processor_api.kafka.client_config import KafkaClientConfig
+
+    try:
+        kafka = KafkaClientConfig.from_dict(kafka_settings(args))
+        status = application_status(
+            args.bootstrap_servers,
+            args.application_id,
+            kafka=kafka,
+            alive_within_s=args.alive_within,
+        )
+    except (ConfigError, StreamsError) as exc:
+        print(f"{PROG} status: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(status.to_json() + "\n" if args.json else format_table(status))
+    return 0
 
 
 def _broker(port: int | None, topics: list[tuple[str, int]]) -> int:

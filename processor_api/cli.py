@@ -59,6 +59,11 @@ def add_topology_and_kafka_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="keyword argument for FUNCTION (JSON value)",
     )
+    add_kafka_arguments(parser)
+
+
+def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kafka-config`` and ``--kafka-config-file`` (also ``processor-api status``)."""
     parser.add_argument(
         "--kafka-config",
         type=_key_value,
@@ -177,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="wipe this application's local state first (stores are restored "
         "from their changelogs)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve /metrics (Prometheus), /health/live and /health/ready on this port "
+        "(0: a free port, logged as metrics_server_started); off by default",
+    )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument(
         "--log-level",
@@ -274,6 +287,8 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     topology_kwargs = dict(args.topology_arg)
     topology = load_topology(args.topology, topology_kwargs)  # fail fast on a bad path
     application_id = _application_id(args)
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port must be 0-65535, got {args.metrics_port}")
     if args.trigger_interval is not None and args.trigger_interval <= 0:
         raise ConfigError(f"--trigger-interval must be > 0, got {args.trigger_interval}")
     with ExitStack() as stack:
@@ -314,6 +329,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             log_format=args.log_format,
             spark_conf=dict(args.spark_conf),
             kafka_config=kafka_config,
+            metrics_port=args.metrics_port,
         )
         runner = TopologyRunner(args.topology, settings, topology_kwargs=topology_kwargs)
         runner.prepare()

@@ -93,6 +93,9 @@ class ErrorHandling:
         self._record_context = record_context or RecordContext()
         self._undo = undo
         self._log = log or get_logger("processor_api.task", task=task_id)
+        #: Records a handler let go, per handler kind (``deserialization``, ``processing``,
+        #: ``production``): the ``processor_api_dropped_records_total`` metric reads it.
+        self.dropped: dict[str, int] = {}
 
     # --------------------------------------------------------------- helpers
     def context(
@@ -177,6 +180,7 @@ class ErrorHandling:
             # debug: the error raised carries the same text, and the runtime reports it once
             self._log.debug("deserialization_failed", error=str(error))
             raise error
+        self.dropped["deserialization"] = self.dropped.get("deserialization", 0) + 1
         self._log.warning("deserialization_failed_record_skipped", error=str(error))
 
     def on_processing_error(
@@ -196,6 +200,7 @@ class ErrorHandling:
             self._log.debug("processing_failed", error=str(located))  # reported once, raised
             raise located from error.__cause__
         undone = self._undo.rollback() if self._undo is not None else 0
+        self.dropped["processing"] = self.dropped.get("processing", 0) + 1
         self._log.warning("processing_failed_continuing", error=str(located), undone=undone)
 
     def on_serialization_error(
@@ -217,6 +222,7 @@ class ErrorHandling:
                 task_id=self.task_id,
             )
             raise fatal from exc
+        self.dropped["production"] = self.dropped.get("production", 0) + 1
         self._log.warning("production_failed_record_dropped", error=str(error), origin=origin)
 
     def on_delivery_error(

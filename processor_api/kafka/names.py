@@ -16,3 +16,8 @@ def commit_marker_topic(application_id: str) -> str:
 def transactional_id(application_id: str, task_id: str) -> str:
     """The transactional id of a task's producer: a restarted task fences its predecessor."""
     return f"{application_id}-{task_id}"
+
+
+def metrics_topic(application_id: str) -> str:
+    """The topic the task hosts send their metrics reports to (``run-topology --metrics-port``)."""
+    return f"{application_id}-metrics"

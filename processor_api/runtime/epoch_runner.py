@@ -39,11 +39,6 @@ from processor_api.runtime.task_runner import TaskRunner
 MAX_POLL_WAIT_S = 0.2
 #: Global stores are caught up at most this often in a running epoch.
 GLOBAL_CATCH_UP_S = 1.0
-#: Records are processed in chunks between looks at the clocks (a commit or a wall-clock
-#: punctuation due); a chunk's size adapts to take between these two times, as Kafka Streams
-#: adapts its records per iteration to its commit interval.
-CHUNK_FAST_S, CHUNK_SLOW_S = 0.01, 0.05
-FIRST_CHUNK, MAX_CHUNK = 100, 10_000
 #: A run that stops ends a wait for an unreachable broker after this long: the epoch ends
 #: without committing what followed its last commit (done again by the next run).
 STOP_WAIT_S = 5.0
@@ -97,8 +92,6 @@ class EpochTaskRunner(TaskRunner):
         self._counts = _Counts()
         self._last_global_catch_up = 0.0
         self._last_commit_json: str | None = None  # survives the task being dropped
-        self._chunk = FIRST_CHUNK
-        self._unfinished = False  # records left because a commit or punctuation came due
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
@@ -148,6 +141,7 @@ class EpochTaskRunner(TaskRunner):
             inits=self.inits,
             rebuilt=rebuilt,
             dropped_records=counts.dropped,
+            lag=self._input_lag(stream),
         )
 
     def _end_uncommitted(self, interrupted: WaitInterrupted) -> EpochReply:
@@ -224,6 +218,12 @@ class EpochTaskRunner(TaskRunner):
                     return
                 self._open_batch()
 
+    @staticmethod
+    def _input_lag(stream: ContinuousInput) -> int | None:
+        lags = stream.lags()
+        known = [lag for lag in lags.values() if lag is not None]
+        return sum(known) if len(known) == len(lags) else None
+
     def _waiting_for_input(self) -> str:
         topics = self._stream.topics if self._stream is not None else []
         return f"records of its input {', '.join(topics)} (partition {self.partition})"
@@ -263,38 +263,12 @@ class EpochTaskRunner(TaskRunner):
         collector = self._collector
         assert collector is not None
         sent_before = collector.sent
-        processed = self._process(task, records, busy_until)
-        fired = task.maybe_punctuate_wall_clock()
-        advanced = task.advance_idle_stream_time()
+        processed, punctuated = self._process(task, records, busy_until)
         self._catch_up_global()
         self._counts.processed += processed
         self._counts.outputs += collector.sent - sent_before
-        if processed or fired or advanced or collector.sent != sent_before:
+        if processed or punctuated or collector.sent != sent_before:
             self._dirty = True
-
-    def _process(self, task: Task, records: list, busy_until: float) -> int:
-        """Process what the task may, in chunks, until ``busy_until``: a slow processor
-        holds back neither the commit nor a wall-clock punctuation that comes due meanwhile.
-        Records left stay queued in the task for the next turn, which does not wait to poll."""
-        count = 0
-        while True:
-            chunk = self._chunk
-            started = time.monotonic()
-            done = task.process_batch(records, limit=chunk)
-            records = []
-            count += done
-            now = time.monotonic()
-            if done < chunk:  # nothing more may be processed now, or records were skipped
-                self._unfinished = done > 0 and task.buffered() > 0
-                return count
-            took = now - started
-            if took > CHUNK_SLOW_S:
-                self._chunk = max(1, chunk // 2)
-            elif took < CHUNK_FAST_S:
-                self._chunk = min(MAX_CHUNK, chunk * 2)
-            if now >= busy_until:
-                self._unfinished = task.buffered() > 0
-                return count
 
     def _punctuation_wait_s(self, task: Task, wait_s: float) -> float:
         """``wait_s``, shortened to when a wall-clock punctuation, ``max.task.idle.ms`` or
@@ -329,6 +303,7 @@ class EpochTaskRunner(TaskRunner):
         if not self._dirty and self._committed_json is not None:
             return
         dropped_before = failures.dropped
+        started = time.monotonic()
         try:
             # 1. store caches flushed; their changelog records produced
             changelog_count = self._produce_changelogs(task, collector)
@@ -357,6 +332,7 @@ class EpochTaskRunner(TaskRunner):
         counts.commits += 1
         counts.changelog_records += changelog_count
         counts.dropped += failures.dropped - dropped_before
+        self._committed_metrics(task, stores, failures, time.monotonic() - started)
         self._log.debug(
             "task_committed",
             commits=counts.commits,

@@ -86,6 +86,8 @@ class EpochReply:
     inits: int
     rebuilt: bool
     dropped_records: int = 0
+    #: Records the broker had past what the task read when the epoch ended (None: unknown).
+    lag: int | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from processor_api.runtime.host_client import (
     send_message,
 )
 from processor_api.runtime.job import JobSpec
+from processor_api.runtime.metrics_publisher import MetricsPublisher
 from processor_api.runtime.protocol import (
     CloseRequest,
     EndEpochRequest,
@@ -71,6 +72,7 @@ class TaskHost:
         self._topology_run: str | None = None
         self._topology: Any = None
         self.end_epoch = threading.Event()  # the driver stops the run: end the epoch now
+        self._publisher: MetricsPublisher | None = None  # the run asked for metrics
         self.stopping = threading.Event()  # a close or release request is queued
 
     def handle(self, message: Any) -> tuple[Any, bool]:
@@ -165,10 +167,19 @@ class TaskHost:
         lock = self._take_lock(task_id)
         try:
             (self.task_dir / HOST_FILE).write_text(self.name)
-            return EpochTaskRunner(spec, self._topology, task_id, lock)
+            runner = EpochTaskRunner(spec, self._topology, task_id, lock)
         except BaseException:
             lock.__exit__(None, None, None)
             raise
+        if spec.metrics_interval_s is not None and self._publisher is None:
+            metrics = runner.metrics  # kept for the last report, sent after the task closed
+            try:
+                self._publisher = MetricsPublisher(spec, lambda: [metrics])
+            except Exception as exc:  # noqa: BLE001 - the task runs on without metrics
+                get_logger("processor_api.task_host", task=task_id).warning(
+                    "metrics_publisher_not_started", error=f"{type(exc).__name__}: {exc}"
+                )
+        return runner
 
     def _take_lock(self, task_id: str) -> TaskLock:
         """The task directory's lock; a host elsewhere on this machine is asked to let go."""
@@ -203,11 +214,16 @@ class TaskHost:
 
     def _close(self) -> None:
         runner, self.runner = self.runner, None
-        if runner is not None:
-            try:
-                (self.task_dir / HOST_FILE).unlink(missing_ok=True)
-            finally:
-                runner.close()
+        publisher, self._publisher = self._publisher, None
+        try:
+            if runner is not None:
+                try:
+                    (self.task_dir / HOST_FILE).unlink(missing_ok=True)
+                finally:
+                    runner.close()
+        finally:
+            if publisher is not None:
+                publisher.close()
 
 
 #: How often a host tells the Spark task of a running epoch that it is there.

@@ -50,6 +50,7 @@ from processor_api.runtime.global_stores import GlobalStores
 from processor_api.runtime.guarantee import Guarantee, TaskCommitSettings, make_guarantee
 from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
+from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_sizes
 from processor_api.runtime.patience import Patience
 from processor_api.runtime.pending_input import (
     HeldBackInput,
@@ -68,6 +69,13 @@ DELIVERY_MARGIN_MS = 30_000
 #: Punctuations between micro-batches stop when no micro-batch came for this long (a stopped
 #: query, or a task that moved to another executor, must not keep firing here).
 BETWEEN_BATCHES_WINDOW_S = 30.0
+
+
+#: In a continuous loop, records are processed in chunks between looks at the clocks (a commit
+#: or a wall-clock punctuation due); a chunk's size adapts to take between these two times, as
+#: Kafka Streams adapts its records per iteration to its commit interval.
+CHUNK_FAST_S, CHUNK_SLOW_S = 0.01, 0.05
+FIRST_CHUNK, MAX_CHUNK = 100, 10_000
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,8 @@ class TaskRunner:
         self._patience = Patience(task_id, spec.bootstrap_servers, self.config.task_timeout_ms)
         #: monotonic time of the last sign of life: a turn of the poll loop, a restored batch
         self.alive_at = time.monotonic()
+        self._chunk = FIRST_CHUNK
+        self._unfinished = False  # records left because a commit or punctuation came due
         self._guarantee = self._make_guarantee()
         self._task: Task | None = None
         self._stores: TaskStores | None = None
@@ -144,6 +154,9 @@ class TaskRunner:
             kafka=spec.kafka,
         )
         self.inits = 0
+        #: What the task did in this process (``runtime/metrics.py``), read by the host's
+        #: metrics publisher.
+        self.metrics = TaskMetrics(task_id)
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
     def _make_guarantee(self) -> Guarantee:
@@ -197,10 +210,9 @@ class TaskRunner:
             if waits_for_lagging_inputs(task, self.spec.bounded):
                 lags = broker_lags(self._input.reader, ranges, self.subtopology.source_topics)
                 task.update_lags(lags)
-            task.process_batch(records)
-            task.maybe_punctuate_wall_clock()
-            task.advance_idle_stream_time()
+            self._process(task, records)
             pending = self._held_back.after_batch(task, ranges)
+            commit_started = time.monotonic()
             changelog_count = self._produce_changelogs(task, collector)
             guarantee.flush(failures)
             positions = self._acked_changelog_positions(task)
@@ -213,6 +225,7 @@ class TaskRunner:
         except BaseException:
             self._log.warning("task_batch_failed", buffered_writes_dropped=self._abandon_batch())
             raise
+        self._committed_metrics(task, stores, failures, time.monotonic() - commit_started)
         self._batch_open = False
         self._last_batch_end = time.monotonic()
         self._commit_state = metadata.commit
@@ -264,7 +277,7 @@ class TaskRunner:
             return False
         try:
             self._open_batch()
-            return task.maybe_punctuate_wall_clock()
+            return self._punctuate_wall_clock(task)
         except BaseException as exc:  # noqa: BLE001 - reported by the next micro-batch
             self._log.warning(
                 "punctuation_between_batches_failed",
@@ -280,6 +293,71 @@ class TaskRunner:
             and last is not None
             and time.monotonic() - last < BETWEEN_BATCHES_WINDOW_S
         )
+
+    def _process(
+        self, task: Task, records: list[Any], busy_until: float | None = None
+    ) -> tuple[int, bool]:
+        """Process ``records`` (a poll batch or a micro-batch's ranges), until ``busy_until``
+        (monotonic; None: all of them) and punctuate, with the task's metrics updated once for
+        the batch; (processed, punctuated or advanced)."""
+        collector = self._collector
+        assert collector is not None
+        sent_before = collector.sent
+        started = time.perf_counter()
+        if busy_until is None:
+            processed = task.process_batch(records)
+        else:
+            processed = self._process_in_chunks(task, records, busy_until)
+        elapsed_s = time.perf_counter() - started
+        fired = self._punctuate_wall_clock(task)
+        advanced = task.advance_idle_stream_time()
+        metrics = self.metrics
+        metrics.observe_batch(records, processed, elapsed_s, collector.sent - sent_before)
+        metrics.phase = "running"
+        return processed, fired or advanced
+
+    def _process_in_chunks(self, task: Task, records: list[Any], busy_until: float) -> int:
+        """Process what the task may, in chunks, until ``busy_until``: a slow processor
+        holds back neither the commit nor a wall-clock punctuation that comes due meanwhile.
+        Records left stay queued in the task for the next turn, which does not wait to poll."""
+        count = 0
+        while True:
+            chunk = self._chunk
+            started = time.monotonic()
+            done = task.process_batch(records, limit=chunk)
+            records = []
+            count += done
+            now = time.monotonic()
+            if done < chunk:  # nothing more may be processed now, or records were skipped
+                self._unfinished = done > 0 and task.buffered() > 0
+                return count
+            took = now - started
+            if took > CHUNK_SLOW_S:
+                self._chunk = max(1, chunk // 2)
+            elif took < CHUNK_FAST_S:
+                self._chunk = min(MAX_CHUNK, chunk * 2)
+            if now >= busy_until:
+                self._unfinished = task.buffered() > 0
+                return count
+
+    def _punctuate_wall_clock(self, task: Task) -> bool:
+        """Fire the due wall-clock punctuations; how late they fired goes to the metrics."""
+        due = task.next_wall_clock_due()
+        now = task.clock()
+        fired = task.maybe_punctuate_wall_clock(now)
+        if fired and due is not None and due <= now:
+            self.metrics.punctuation_lateness.observe((now - due) / 1000)
+        return fired
+
+    def _committed_metrics(
+        self, task: Task, stores: TaskStores, failures: TaskDeliveryFailures, took_s: float
+    ) -> None:
+        """After a commit: its latency, the stores' sizes and the handlers' drops."""
+        metrics = self.metrics
+        metrics.commits += 1
+        metrics.commit_latency.observe(took_s)
+        metrics.store_entries, metrics.store_bytes = store_sizes(stores.buffers)
+        metrics.set_dropped({**task.errors.dropped, "delivery": failures.dropped})
 
     def _open_batch(self) -> None:
         if not self._batch_open:
@@ -319,6 +397,9 @@ class TaskRunner:
         if self._task is not None:
             self._log.info("task_rebuilt", reason="the committed state moved on elsewhere")
         self._drop_task()
+        if self.inits:
+            self.metrics.rebuilds += 1
+        self.metrics.phase = "restoring"
         metadata = self._guarantee.recover(metadata)
         builders = {
             name: self.topology.store_builders[name] for name in self.subtopology.store_names
@@ -379,7 +460,9 @@ class TaskRunner:
     def _restore_listener(self) -> StateRestoreListener | None:
         """The configured ``state.restore.listener``, made once per task runner."""
         if self._listener is None:
-            self._listener = resolve_restore_listener(self.config.state_restore_listener)
+            self._listener = RestoreMetrics(
+                self.metrics, resolve_restore_listener(self.config.state_restore_listener)
+            )
         return self._listener
 
     def _global_task(self) -> GlobalTask | None:
@@ -452,6 +535,7 @@ class TaskRunner:
         task, stores = self._task, self._stores
         self._task = self._stores = self._collector = None
         self._committed_json = None
+        self.metrics.task_dropped()
         if task is not None:
             try:
                 task.close(close_stores=False)

@@ -100,5 +100,6 @@ def run_epoch(
             "pid": [os.getpid()],
             "timed_out": [False],
             "inits": [reply.inits],
+            "lag": pd.Series([reply.lag], dtype="Int64"),
         }
     )

@@ -111,6 +111,31 @@ class Progress:
         self._last_report, self._records_at_report = now, records
 
 
+#: The name of the run's observed metrics in Spark's progress (``observedMetrics``).
+OBSERVED = "processor_api"
+
+
+def observed(results: Any) -> Any:
+    """``results`` (one row per task and batch) with the run's figures observed for Spark's
+    progress: ``query.lastProgress["observedMetrics"]["processor_api"]`` holds, per batch
+    (micro-batch or epoch), the records processed, outputs, changelog records, records
+    restored, tasks, (epochs) the lag left at the epoch's end, and the longest task call
+    (``max_task_ms``). Python data sources cannot report custom metrics in pyspark 4, hence
+    ``observe`` on the rows the tasks return."""
+    from pyspark.sql import functions as F
+
+    return results.observe(
+        OBSERVED,
+        F.coalesce(F.sum("records"), F.lit(0)).alias("records"),
+        F.coalesce(F.sum("outputs"), F.lit(0)).alias("outputs"),
+        F.coalesce(F.sum("changelog_records"), F.lit(0)).alias("changelog_records"),
+        F.coalesce(F.sum("restored"), F.lit(0)).alias("restored"),
+        F.count(F.lit(1)).alias("tasks"),
+        F.sum("lag").alias("lag"),
+        F.max("duration_ms").alias("max_task_ms"),
+    )
+
+
 def log_batch_timings(query: Any) -> None:
     """Where each micro-batch's time went, as Spark measured it (``durationMs``)."""
     for progress in query.recentProgress or []:

@@ -30,14 +30,14 @@ from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.group import committed_offsets
-from processor_api.kafka.names import commit_marker_topic
+from processor_api.kafka.names import commit_marker_topic, metrics_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
 from processor_api.runtime.host_client import close_hosts
-from processor_api.runtime.job import JobSpec
+from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.spark.failures import query_failed
-from processor_api.spark.progress import Progress, log_batch_timings, source_positions
+from processor_api.spark.progress import Progress, log_batch_timings, observed, source_positions
 from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
 from processor_api.spark.session import build_spark_session
 from processor_api.spark.settings import STOP_GRACE_S, RunResult, RunSettings
@@ -96,6 +96,7 @@ class TopologyRunner:
         self._stop_requested = threading.Event()
         self._warned_slots = False
         self.plan: TopicPlan | None = None
+        self._metrics: RunMetrics | None = None
 
     # --------------------------------------------------------------- prepare
     def prepare(self) -> TopicPlan:
@@ -126,6 +127,12 @@ class TopologyRunner:
             ],
             kafka=kafka,
         )
+        if self.settings.metrics_port is not None:
+            ensure_topics(
+                self.settings.bootstrap_servers,
+                [TopicSpec(metrics_topic(self.config.application_id), 1, METRICS_TOPIC_CONFIG)],
+                kafka=kafka,
+            )
         self.plan = plan
         _log.info(
             "topology_planned",
@@ -173,6 +180,7 @@ class TopologyRunner:
             bounded=bounded,
             task_ids=tuple(self.plan.task_ids) if self.plan else (),
             kafka=self.kafka,
+            metrics_interval_s=None if self.settings.metrics_port is None else METRICS_INTERVAL_S,
             **epoch_fields,
         )
 
@@ -252,7 +260,8 @@ class TopologyRunner:
             timeoutConf=timeout,
         )
         writer = (
-            results.writeStream.foreachBatch(self._progress.on_batch)
+            observed(results)
+            .writeStream.foreachBatch(self._progress.on_batch)
             .option("checkpointLocation", self.settings.resolved_checkpoint_dir)
             .queryName(re.sub(r"\W", "_", self.config.application_id))
         )
@@ -343,7 +352,8 @@ class TopologyRunner:
             )
         )
         writer = (
-            results.writeStream.foreachBatch(self._progress.on_batch)
+            observed(results)
+            .writeStream.foreachBatch(self._progress.on_batch)
             .option("checkpointLocation", checkpoint)
             .queryName(re.sub(r"\W", "_", self.config.application_id))
         )
@@ -378,6 +388,8 @@ class TopologyRunner:
         self.plan or self.prepare()
         restore_handlers = self._install_signal_handlers()
         try:
+            if self.settings.metrics_port is not None:
+                self._metrics = self._start_metrics(self.settings.metrics_port)
             if self.settings.available_now:
                 self._run_available_now()
             else:
@@ -385,6 +397,9 @@ class TopologyRunner:
         finally:
             restore_handlers()
             self.close()
+            if self._metrics is not None:
+                self._metrics.close()
+                self._metrics = None
         result = self._progress.result
         result.duration_s = time.monotonic() - started
         _log.info(
@@ -397,6 +412,50 @@ class TopologyRunner:
             duration_s=round(result.duration_s, 2),
         )
         return result
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port ``/metrics`` is served on while :meth:`run` runs (None: no metrics)."""
+        return None if self._metrics is None else self._metrics.server.port
+
+    def _start_metrics(self, port: int) -> RunMetrics:
+        """The metrics feed, collector and HTTP server of this run (``--metrics-port``)."""
+        from prometheus_client import CollectorRegistry, ProcessCollector
+
+        from processor_api.spark.metrics_collector import MetricsFeed, RunCollector, readiness
+        from processor_api.spark.metrics_server import MetricsServer
+
+        plan = self.plan
+        assert plan is not None
+        subtopologies = {sub.id: sub for sub in self.topology.subtopologies()}
+        inputs = {}
+        for task_id in plan.task_ids:
+            sub, partition = parse_task_id(task_id)
+            inputs[task_id] = [(t, partition) for t in subtopologies[sub].source_topics]
+        feed = MetricsFeed(
+            self.settings.bootstrap_servers,
+            self.config.application_id,
+            self._run_id,
+            inputs,
+            kafka=self.kafka,
+        )
+        registry = CollectorRegistry()
+        registry.register(RunCollector(feed, lambda: self._progress.result.batches))
+        ProcessCollector(registry=registry)  # the driver's own process_* metrics
+        try:
+            server = MetricsServer(
+                registry, self._liveness, lambda: readiness(feed, plan.task_ids), port
+            )
+        except BaseException:
+            feed.close()
+            raise
+        return RunMetrics(feed, server)
+
+    def _liveness(self) -> tuple[bool, str]:
+        query = self._query
+        if query is not None and not query.isActive and query.exception() is not None:
+            return False, "the streaming query failed"
+        return True, "the driver runs"
 
     def _run_continuous(self) -> None:
         query = self.start()
@@ -562,6 +621,27 @@ class TopologyRunner:
             self._spark.stop()
             self._spark = None
 
+
+class RunMetrics:
+    """A run's metrics feed and HTTP server, closed together."""
+
+    def __init__(self, feed: Any, server: Any) -> None:
+        self.feed = feed
+        self.server = server
+
+    def close(self) -> None:
+        """Stop serving and following."""
+        try:
+            self.server.close()
+        finally:
+            self.feed.close()
+
+
+#: How often every task host sends its metrics report (seconds).
+METRICS_INTERVAL_S = 1.0
+#: The metrics topic keeps reports ten minutes (in one-minute segments, so that the broker
+#: can delete them): the driver reads only new ones. 100 tasks send about 0.6 MB/s.
+METRICS_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "600000", "segment.ms": "60000"}
 
 #: Records of one micro-batch at most, unless ``max_records_per_batch`` says otherwise.
 DEFAULT_MAX_RECORDS_PER_BATCH = 200_000

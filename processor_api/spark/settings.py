@@ -38,6 +38,9 @@ class RunSettings:
     #: ``consumer.``, ``producer.`` or ``admin.`` apply to that role only (see
     #: :class:`~processor_api.kafka.client_config.KafkaClientConfig`).
     kafka_config: dict[str, Any] = field(default_factory=dict)
+    #: Serve ``/metrics`` and the health probes on this port (``--metrics-port``; 0: a free
+    #: one, logged and kept in ``TopologyRunner.metrics_port``); None: no metrics.
+    metrics_port: int | None = None
 
     @property
     def resolved_checkpoint_dir(self) -> str:

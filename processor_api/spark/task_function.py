@@ -34,7 +34,7 @@ from processor_api.state.manager import task_directory
 OUTPUT_SCHEMA = (
     "task string, records long, outputs long, changelog_records long, restored long, "
     "stream_time long, positions string, duration_ms double, pid int, timed_out boolean, "
-    "inits int"
+    "inits int, lag long"
 )
 STATE_SCHEMA = "metadata string"
 RANGE_COLUMNS = ("topic", "partition", "start", "end")
@@ -120,5 +120,6 @@ def run_task(
             "pid": [os.getpid()],
             "timed_out": [timed_out],
             "inits": [reply["inits"]],
+            "lag": pd.Series([None], dtype="Int64"),  # the source's progress shows offsets
         }
     )

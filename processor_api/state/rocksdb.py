@@ -165,6 +165,15 @@ class RocksDBBytesStore(BytesStore):
         value = self._handle().property_int_value("rocksdb.estimate-num-keys")
         return max(int(value or 0), 0)
 
+    def approximate_bytes(self) -> int:
+        """Bytes the store holds: its live SST files plus its memtables (RocksDB properties
+        ``rocksdb.live-sst-files-size`` and ``rocksdb.cur-size-all-mem-tables``)."""
+        db = self._handle()
+        return sum(
+            max(int(db.property_int_value(name) or 0), 0)
+            for name in ("rocksdb.live-sst-files-size", "rocksdb.cur-size-all-mem-tables")
+        )
+
     def flush(self) -> None:
         """Flush the memtables to SST files and wait for it."""
         self._handle().flush(True)
