@@ -49,13 +49,18 @@ def _observed(run):
     ]
 
 
-def _caught_up(port, processed):
-    """The samples once the tasks processed ``processed`` records and no lag is left."""
+def _caught_up(port, processed, commits):
+    """The samples once the tasks processed ``processed`` records, no lag is left and the
+    tasks' reports show ``commits`` commits."""
     samples = scrape(port)
     lag = values(samples, "processor_api_consumer_lag")
     if total(samples, "processor_api_records_processed_total") != processed:
         return None
     if len(lag) != 2 or any(lag.values()):
+        return None
+    # the lag comes from the group offsets, the commit counts from the tasks' own reports
+    # (sent every second): wait until the reports carry the commits the lag shows
+    if total(samples, "processor_api_commit_latency_seconds_count") < commits:
         return None
     return samples
 
@@ -85,7 +90,7 @@ def test_a_run_in_epochs_is_seen_by_metrics_health_probes_and_status(
         assert get(port, "/health/ready")[0] == 503, "ready before any task ran"
         assert get(port, "/health/live")[0] == 200
         wait_for("ready", lambda: get(port, "/health/ready")[0] == 200 or None, alive=run)
-        samples = wait_for("catch-up", lambda: _caught_up(port, FIRST), alive=run)
+        samples = wait_for("catch-up", lambda: _caught_up(port, FIRST, 2), alive=run)
         produced = sum(
             len(read_topic(kafka.bootstrap_servers, topics[t]))
             for t in ("ticks_topic", "counts_topic")
@@ -144,7 +149,7 @@ def test_a_run_in_epochs_is_seen_by_metrics_health_probes_and_status(
         ready, remaining = wait_for("a restore in progress", restoring, alive=run)
         assert ready == 503
         wait_for("ready", lambda: get(port, "/health/ready")[0] == 200 or None, alive=run)
-        samples = wait_for("catch-up", lambda: _caught_up(port, LATER), alive=run)
+        samples = wait_for("catch-up", lambda: _caught_up(port, LATER, 1), alive=run)
         restored = values(samples, "processor_api_restored_records_total", task="0_0")
         assert sum(restored.values()) == remaining
         assert total(samples, "processor_api_restore_remaining_records") == 0
@@ -186,7 +191,7 @@ def test_a_micro_batch_run_counts_and_catches_up_too(kafka, spark, tmp_path):
     run = BackgroundRun(ECHO, settings, spark=spark, topology_kwargs=topics)
     with run:
         port = wait_for("the metrics port", lambda: run.runner.metrics_port, alive=run)
-        samples = wait_for("catch-up", lambda: _caught_up(port, 30), alive=run)
+        samples = wait_for("catch-up", lambda: _caught_up(port, 30, 0), alive=run)
         assert total(samples, "processor_api_records_produced_total") == 30
         assert total(samples, "processor_api_end_to_end_latency_seconds_count") == 30
         assert get(port, "/health/ready")[0] == 200
