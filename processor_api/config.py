@@ -9,6 +9,7 @@ a misspelt setting must not be silently ignored.
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -106,6 +107,15 @@ def _milliseconds(key: str, value: Any) -> int:
     raise ConfigError(f"{key} must be an integer number of milliseconds, got {value!r}")
 
 
+def _integer(key: str, value: Any) -> int:
+    """An int setting given as an int or as decimal digits."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{key} must be an integer, got {value!r}")
+
+
 @dataclass
 class StreamsConfig:
     """Validated settings of a topology run (test driver or Spark)."""
@@ -129,6 +139,19 @@ class StreamsConfig:
     #: How long a task may wait for the broker before it fails (Kafka Streams'
     #: ``task.timeout.ms``, KIP-572): outages shorter than this are ridden out.
     task_timeout_ms: int = 300_000
+    #: Warm failover (``state/snapshots.py``): how often a task may snapshot its persistent
+    #: stores after a commit; -1 turns snapshots off, 0 snapshots after every commit.
+    state_snapshot_interval_ms: int = 60_000
+    #: Where snapshots go: a path or a ``pyarrow.fs`` URI (``s3://``, ``gs://``, ``hdfs://``);
+    #: ``run-topology`` defaults it to ``<checkpoint-dir>/state-snapshots``; None: no snapshots.
+    state_snapshot_location: str | None = None
+    #: How many snapshots per store are kept (their files too); older ones are deleted.
+    state_snapshot_retained: int = 2
+    #: The filesystem's constructor arguments (``pyarrow.fs.S3FileSystem(**options)``), a dict
+    #: or its JSON text: ``endpoint_override``, ``region``, ``access_key``, ...
+    state_snapshot_filesystem_options: dict[str, Any] = field(default_factory=dict)
+    #: Upload bandwidth per executor process in bytes/s; 0: unlimited.
+    state_snapshot_max_bytes_per_second: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -187,6 +210,7 @@ class StreamsConfig:
         self.task_timeout_ms = _milliseconds("task_timeout_ms", self.task_timeout_ms)
         if self.task_timeout_ms < 0:
             raise ConfigError(f"task_timeout_ms must be >= 0, got {self.task_timeout_ms}")
+        self._validate_snapshots()
         if self.stream_time_idle_advance_ms is not None:
             idle = _milliseconds("stream_time_idle_advance_ms", self.stream_time_idle_advance_ms)
             if idle < 1:
@@ -195,6 +219,42 @@ class StreamsConfig:
                     f"stream time moving with records only), got {idle}"
                 )
             self.stream_time_idle_advance_ms = idle
+
+    def _validate_snapshots(self) -> None:
+        interval = _milliseconds("state_snapshot_interval_ms", self.state_snapshot_interval_ms)
+        if interval < -1:
+            raise ConfigError(
+                f"state_snapshot_interval_ms must be -1 (no snapshots), 0 (after every commit) "
+                f"or a positive number of ms, got {interval}"
+            )
+        self.state_snapshot_interval_ms = interval
+        retained = _integer("state_snapshot_retained", self.state_snapshot_retained)
+        if retained < 1:
+            raise ConfigError(f"state_snapshot_retained must be at least 1, got {retained}")
+        self.state_snapshot_retained = retained
+        rate = _integer(
+            "state_snapshot_max_bytes_per_second", self.state_snapshot_max_bytes_per_second
+        )
+        if rate < 0:
+            raise ConfigError(f"state_snapshot_max_bytes_per_second must be >= 0, got {rate}")
+        self.state_snapshot_max_bytes_per_second = rate
+        options = self.state_snapshot_filesystem_options
+        if isinstance(options, str):
+            try:
+                options = json.loads(options) if options.strip() else {}
+            except ValueError as exc:
+                raise ConfigError(
+                    f"state_snapshot_filesystem_options must be a JSON object, got {options!r}: "
+                    f"{exc}"
+                ) from exc
+        if not isinstance(options, dict):
+            raise ConfigError(
+                f"state_snapshot_filesystem_options must be a JSON object (the filesystem's "
+                f"keyword arguments), got {options!r}"
+            )
+        self.state_snapshot_filesystem_options = options
+        if self.state_snapshot_location is not None:
+            self.state_snapshot_location = str(self.state_snapshot_location) or None
 
     @property
     def commit_interval(self) -> int:

@@ -59,6 +59,8 @@ from processor_api.runtime.pending_input import (
 )
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
+from processor_api.state.snapshots import TaskSnapshots
+from processor_api.state.snapshots import settings_from_config as snapshot_settings_from_config
 from processor_api.topology import SubTopology, Topology
 
 #: A record may wait in the producer's queue this much longer than ``task.timeout.ms`` plus
@@ -125,6 +127,18 @@ class TaskRunner:
         self.directory = task_directory(spec.state_dir, self.app_id, task_id)
         self._lock = lock
         self._patience = Patience(task_id, spec.bootstrap_servers, self.config.task_timeout_ms)
+        snapshot_settings = snapshot_settings_from_config(self.config)
+        #: Warm failover: this task's snapshots (one interval across rebuilds), or None.
+        self._snapshots = (
+            None
+            if snapshot_settings is None
+            else TaskSnapshots(
+                snapshot_settings,
+                task_id=task_id,
+                partition=self.partition,
+                directory=self.directory,
+            )
+        )
         #: monotonic time of the last sign of life: a turn of the poll loop, a restored batch
         self.alive_at = time.monotonic()
         self._chunk = FIRST_CHUNK
@@ -416,6 +430,7 @@ class TaskRunner:
             },
             timestamp_fn=lambda: 0,
             source_changelogs=frozenset(sources),
+            snapshots=self._snapshots,
         )
         collector = KafkaCollector(
             self._guarantee.producer,

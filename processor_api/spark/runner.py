@@ -144,6 +144,16 @@ class TopologyRunner:
         )
         return plan
 
+    def _snapshot_location(self) -> str:
+        """``state.snapshot.location``, by default ``<checkpoint-dir>/state-snapshots`` (the
+        checkpoint location is shared by every executor on a real cluster)."""
+        if self.config.state_snapshot_location:
+            return self.config.state_snapshot_location
+        checkpoint = self.settings.resolved_checkpoint_dir
+        if "://" not in checkpoint:
+            checkpoint = str(Path(checkpoint).resolve())
+        return f"{checkpoint.rstrip('/')}/state-snapshots"
+
     def _job_spec(
         self, wall_clock_timeouts: bool, bounded: bool = False, **epoch_fields: Any
     ) -> JobSpec:
@@ -171,6 +181,13 @@ class TopologyRunner:
                 "state_restore_listener": self.config.state_restore_listener,
                 "commit_interval_ms": self.config.commit_interval_ms,
                 "task_timeout_ms": self.config.task_timeout_ms,
+                "state_snapshot_interval_ms": self.config.state_snapshot_interval_ms,
+                "state_snapshot_location": self._snapshot_location(),
+                "state_snapshot_retained": self.config.state_snapshot_retained,
+                "state_snapshot_filesystem_options": self.config.state_snapshot_filesystem_options,
+                "state_snapshot_max_bytes_per_second": (
+                    self.config.state_snapshot_max_bytes_per_second
+                ),
                 **self.config.extra,
                 # the executors' registry serdes that name no registry use these
                 **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from itertools import takewhile
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from processor_api.errors import StoreError
@@ -103,6 +104,11 @@ class BytesStore(ABC):
     def close(self) -> None:
         """Release the store's resources. Idempotent; any later use raises ``StoreError``."""
 
+    def create_checkpoint(self, path: Path) -> None:
+        """Write a consistent copy of the store's files to the new directory ``path`` (RocksDB
+        checkpoints: hard links on the same disk); stores without files cannot."""
+        raise StoreError(f"state store {self.name!r} has no files to checkpoint")
+
     def _check_open(self) -> None:
         if not self.is_open:
             raise StoreError(f"state store {self.name!r} is closed")
@@ -139,3 +145,7 @@ class InnerLayer:
     def is_open(self) -> bool:
         """Whether the inner store is open."""
         return self.inner.is_open
+
+    def create_checkpoint(self, path: Path) -> None:
+        """Checkpoint the inner store."""
+        self.inner.create_checkpoint(path)

@@ -50,6 +50,7 @@ from processor_api.state.batch_buffer import BatchBufferBytesStore
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.changelogging import ChangeLoggingBytesStore
 from processor_api.state.checkpoint import delete_checkpoint, read_checkpoint, write_checkpoint
+from processor_api.state.snapshots import SnapshotRestored, TaskSnapshots
 
 _log = get_logger("processor_api.task_state")
 
@@ -88,6 +89,7 @@ class TaskStores:
         changelog_topics: Mapping[str, str],
         timestamp_fn: Callable[[], int],
         source_changelogs: frozenset[str] = frozenset(),
+        snapshots: TaskSnapshots | None = None,
     ) -> None:
         self.application_id = application_id
         self.task_id = task_id
@@ -103,6 +105,8 @@ class TaskStores:
         self.buffers: dict[str, BatchBufferBytesStore] = {}
         self._had_local_copy: dict[str, bool] = {}
         self._warned_checkpoint = False  # a corrupt checkpoint is reported once, not per store
+        self._snapshots = snapshots
+        self._positions: dict[str, int] = {}  # per logged store, the changelog offset it holds
         self._log = _log.bind(task=task_id)
 
     # ------------------------------------------------------------------- open
@@ -172,17 +176,20 @@ class TaskStores:
                 name, Path(damaged.group(1)) if damaged else path, f"corrupt RocksDB store: {exc}"
             )
             raw = builder.supplier.get(self.directory)  # a fresh, empty store
+        try:
+            self._write_identity(path, expected)
+        except BaseException:
+            raw.close()
+            raise
+        return raw
+
+    def _write_identity(self, path: Path, expected: dict[str, object]) -> None:
         identity_file = path / IDENTITY_FILE
         if _read_identity(identity_file) != expected:
             tmp = identity_file.with_name(IDENTITY_FILE + ".tmp")
-            try:
-                with self._writing(f"writing {identity_file}"):
-                    tmp.write_text(json.dumps(expected, sort_keys=True), encoding="utf-8")
-                    tmp.replace(identity_file)
-            except BaseException:
-                raw.close()
-                raise
-        return raw
+            with self._writing(f"writing {identity_file}"):
+                tmp.write_text(json.dumps(expected, sort_keys=True), encoding="utf-8")
+                tmp.replace(identity_file)
 
     def _discard_local_copy(self, name: str, file: Path, reason: str) -> None:
         """Delete a store's local copy (before it is opened) and its checkpoint entry: it is
@@ -286,10 +293,34 @@ class TaskStores:
                 )
                 stack = self._wipe(name)
                 position = 0
-            if target > position:
-                replayed[name] = self._replay(name, stack, position, target, reader, listener)
+            snapshot = None
+            if position == 0 and target > 0 and persistent and self._snapshots is not None:
+                snapshot = self._from_snapshot(name, target)
+                if snapshot is not None:
+                    stack, position = self.stacks[name], snapshot.manifest.offset
+            if target > position or snapshot is not None:
+                replayed[name] = self._replay(
+                    name, stack, position, target, reader, listener, snapshot
+                )
             self._set_in_memory_position(name, target)
+            self._positions[name] = target
         return replayed
+
+    def _from_snapshot(self, name: str, target: int) -> SnapshotRestored | None:
+        """Replace the (empty) store by its newest usable snapshot at or below ``target``."""
+        assert self._snapshots is not None
+        builder = self._builders[name]
+        path = self.directory / "rocksdb" / name
+        self.buffers[name].close()
+        shutil.rmtree(path, ignore_errors=True)
+        expected = self.identity(builder)
+        with self._writing(f"downloading a snapshot of store {name!r}"):
+            restored = self._snapshots.restore(name, path, target, expected)
+        if restored is not None:
+            self._write_identity(path, expected)
+        self._had_local_copy[name] = restored is not None
+        self.build(builder, self._timestamp_fn)
+        return restored
 
     def _store_files_exist(self, name: str) -> bool:
         return (self.directory / "rocksdb" / name).exists()
@@ -312,9 +343,20 @@ class TaskStores:
         end: int,
         reader: ChangelogReader,
         listener: StateRestoreListener | None,
+        snapshot: SnapshotRestored | None = None,
     ) -> int:
         topic = self._changelog_topics[name]
         started = time.monotonic()
+        # from a snapshot: which one, how big, how long its download took
+        source = (
+            {
+                "snapshot_offset": snapshot.manifest.offset,
+                "snapshot_bytes": snapshot.manifest.total_bytes,
+                "snapshot_download_s": round(snapshot.duration_s, 3),
+            }
+            if snapshot is not None
+            else {}
+        )
         self._log.info(
             "restore_start",
             store=name,
@@ -322,6 +364,7 @@ class TaskStores:
             partition=self.partition,
             start_offset=start,
             end_offset=end,
+            **source,
         )
 
         raw = self.buffers[name].inner
@@ -346,7 +389,9 @@ class TaskStores:
 
             options["on_batch"] = on_batch
         with self._writing(f"restoring store {name!r}"):
-            count = reader(topic, self.partition, start, end, apply, **options)
+            count = (
+                reader(topic, self.partition, start, end, apply, **options) if end > start else 0
+            )
             raw.flush()
         if listener is not None:
             listener.on_restore_end(topic_partition, name, count)
@@ -357,6 +402,7 @@ class TaskStores:
             topic=topic,
             partition=self.partition,
             records=count,
+            **({"snapshot_offset": snapshot.manifest.offset} if snapshot is not None else {}),
             duration_s=round(duration, 3),
             rate_per_s=round(count / duration) if duration > 0 else None,
         )
@@ -391,7 +437,32 @@ class TaskStores:
                 self._set_in_memory_position(name, position)
         with self._writing("writing the checkpoint"):
             write_checkpoint(self.checkpoint_path, offsets)
+        self._positions.update(
+            {name: position for name, position in positions.items() if name in self._builders}
+        )
+        if self._snapshots is not None and self._snapshots.due():
+            self._snapshot()
         return written
+
+    def _snapshot(self) -> None:
+        """Checkpoint every persistent logged store and queue its upload (committed state)."""
+        assert self._snapshots is not None
+        self._snapshots.take(
+            [
+                (
+                    name,
+                    self.buffers[name].inner.create_checkpoint,
+                    self._changelog_topics[name],
+                    self._positions[name],
+                    self.identity(builder),
+                )
+                for name, builder in self._builders.items()
+                if builder.persistent
+                and self._restorable(name)
+                and name in self.buffers
+                and name in self._positions
+            ]
+        )
 
     @contextlib.contextmanager
     def _writing(self, action: str) -> Iterator[None]:

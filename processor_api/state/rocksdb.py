@@ -178,6 +178,18 @@ class RocksDBBytesStore(BytesStore):
         """Flush the memtables to SST files and wait for it."""
         self._handle().flush(True)
 
+    def create_checkpoint(self, path: Path) -> None:
+        """A RocksDB checkpoint at the new directory ``path``: the memtables are flushed, then
+        the SST files hard-linked (copied across disks) with the small files beside them."""
+        try:
+            rocksdict.Checkpoint(self._handle()).create_checkpoint(str(path))
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"cannot checkpoint RocksDB store {self.name!r} to {path}: {exc}"
+            ) from exc
+
     def close(self) -> None:
         """Flush, close the DB and release its LOCK file. Idempotent."""
         db = self._db

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
@@ -219,6 +220,10 @@ class SegmentedBytesStore(BytesStore):
     def flush(self) -> None:
         """Flush the backing store."""
         self.backing.flush()
+
+    def create_checkpoint(self, path: Path) -> None:
+        """Checkpoint the backing store (segments live in it)."""
+        self.backing.create_checkpoint(path)
 
     def close(self) -> None:
         """Close the backing store. Idempotent."""
