@@ -131,10 +131,32 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
+#: A result file is ``<benchmark>[-<variant>]-<YYYY-MM-DD>.json``, dated the day it was written.
+_DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]"
+
+
+def result_path(name: str, suffix: str = ".json") -> Path:
+    """Today's result file of ``name`` (``<benchmark>[-<variant>]``), e.g. ``ttl-store-2026-11-24``."""
+    return RESULTS_DIR / f"{name}-{time.strftime('%Y-%m-%d')}{suffix}"
+
+
+def result_files(name: str, directory: Path | None = None) -> list[Path]:
+    """Every dated result file of exactly ``name`` (no longer variant), oldest first."""
+    return sorted((directory or RESULTS_DIR).glob(f"{name}-{_DATE_GLOB}.json"))
+
+
+def latest_result(name: str) -> Path | None:
+    """The newest dated result file of exactly ``name``, or None."""
+    files = result_files(name)
+    return files[-1] if files else None
+
+
+def write_result(name: str, payload: dict[str, Any], **dump: Any) -> Path:
+    """Write ``payload`` to today's result file of ``name`` (``json.dumps`` options in ``dump``)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    path = result_path(name)
+    options: dict[str, Any] = {"indent": 2, "sort_keys": False, "default": str, **dump}
+    path.write_text(json.dumps(payload, **options) + "\n")
     log(f"wrote {path}")
     return path
 

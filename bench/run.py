@@ -100,7 +100,7 @@ def save_profile(
     """Add one profile summary to ``profiles-<tag>.json`` (kept across partial runs)."""
     import json
 
-    path = common.RESULTS_DIR / f"profiles-{tag}.json"
+    path = common.result_path(f"profiles-{tag}")
     profiles = {}
     if path.exists():
         profiles = json.loads(path.read_text()).get("profiles", {})
