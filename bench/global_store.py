@@ -19,7 +19,7 @@ global store and processor):
   micro-batch of every task pays: one read of all partitions to their end), and with 1,000
   new customer records per batch.
 
-Writes ``bench/results/global-store-<entries>.json`` (machine, load average at start and end,
+Writes ``bench/results/global-store-<entries>-<date>.json`` (machine, load average at start and end,
 medians). Run it under the machine-wide lock: ``flock /tmp/spark-tests.lock python -m
 bench.global_store``.
 """

@@ -2,7 +2,7 @@
 
 ``python -m bench.latency_epochs [RATE ...] [--reps N] [--measure S]`` runs the contenders of
 ``bench/latency.py`` named below, alternating, at each rate, and writes
-``bench/results/latency-epochs.json`` (machine, load, commands, every run, medians).
+``bench/results/latency-epochs-<date>.json`` (machine, load, commands, every run, medians).
 """
 
 from __future__ import annotations

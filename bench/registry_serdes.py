@@ -14,7 +14,7 @@ alone, outside the Task.
 
     .venv/bin/python -m bench.registry_serdes [RECORDS] [REPEATS]
 
-Writes bench/results/registry-serdes.json and .md.
+Writes bench/results/registry-serdes-<date>.json and .md.
 """
 
 from __future__ import annotations

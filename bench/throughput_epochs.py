@@ -3,7 +3,7 @@
 ``python -m bench.throughput_epochs [RECORDS ...] [--reps N]``: count per key over 3 partitions
 (``bench/throughput.py``), every contender ``--available-now`` from a cold start, alternating,
 with the peak PSS of each contender's process tree; writes
-``bench/results/throughput-epochs-<size>.json`` (machine, load, commands, runs, medians).
+``bench/results/throughput-epochs-<size>-<date>.json`` (machine, load, commands, runs, medians).
 """
 
 from __future__ import annotations

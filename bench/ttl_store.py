@@ -9,7 +9,7 @@ ratio, and per commit the entries expired and the time the expiry took.
 
     .venv/bin/python -m bench.ttl_store [RECORDS]
 
-Writes bench/results/ttl-store.json and .md.
+Writes bench/results/ttl-store-<date>.json and .md.
 """
 
 from __future__ import annotations
