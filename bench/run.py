@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         help="override the repetitions of the throughput comparison",
     )
     parser.add_argument(
-        "--suffix", default="", help="result file suffix, e.g. -20M: throughput-full-20M-<date>.json"
+        "--suffix",
+        default="",
+        help="result file suffix, e.g. -20M: throughput-full-20M-<date>.json",
     )
     parser.add_argument(
         "--report-only",
