@@ -64,6 +64,27 @@ def _plt():
     return plt
 
 
+def _save_plot(fig: Any, name: str, alt: str) -> list[str]:
+    """Lay out ``fig``, write ``results/<name>``, close it; the markdown lines showing it."""
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / name, dpi=110)
+    _plt().close(fig)
+    return ["", f"![{alt}](results/{name})", ""]
+
+
+def _bar_plot(
+    name: str, alt: str, labels: list[str], rates: list[float], title: str, **tick_params: Any
+) -> list[str]:
+    """One bar per contender, records/s (median); ``tick_params`` for the x labels."""
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
+    ax.bar(labels, rates)
+    ax.set_ylabel("records/s (median)")
+    ax.set_title(title)
+    if tick_params:
+        ax.tick_params(axis="x", **tick_params)
+    return _save_plot(fig, name, alt)
+
+
 def _targets_table(header: str, targets: Targets) -> list[str]:
     out = [f"| {header} | measured | met? |", "|---|---|---|"]
     for t in targets:
@@ -178,9 +199,7 @@ def _throughput(data: dict, mode: str, out: list[str], targets: list[dict]) -> N
     ax.set_yscale("log")
     ax.set_title("Count per key: end-to-end throughput (start-up included)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS_DIR / "throughput.png", dpi=110)
-    plt.close(fig)
+    image = _save_plot(fig, "throughput.png", "throughput")
     for size in sizes:
         pa = size["summary"].get("processor_api", {})
         for name, s in size["summary"].items():
@@ -229,7 +248,7 @@ def _throughput(data: dict, mode: str, out: list[str], targets: list[dict]) -> N
                     "met": bool(tws and tws >= 2.0),
                 }
             )
-    out += ["", "![throughput](results/throughput.png)", ""]
+    out += image
     out += [
         "Per-run details (phase times of processor_api from its own log, Quix Streams' time",
         "to its first record, transformWithStateInPandas' session vs query time):",
@@ -315,9 +334,7 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
     ax.set_ylabel("entries/s")
     ax.set_title("Entries per second")
     ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(RESULTS_DIR / "punctuation_cost.png", dpi=110)
-    plt.close(fig)
+    image = _save_plot(fig, "punctuation_cost.png", "punctuation cost")
     largest = str(max(xs))
     rate = cost["by_size"][largest]["punctuation"]["entries_per_s_median"]
     scope = "" if int(largest) >= 1_000_000 else f" (indicative: {int(largest):,} keys, quick)"
@@ -328,7 +345,7 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
             "met": rate >= 1_000_000,
         }
     )
-    out += ["", "![punctuation cost](results/punctuation_cost.png)", ""]
+    out += image
 
     check = data["check_overhead"]
     out += [
@@ -378,14 +395,13 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
                 f"{_fmt(s['records_per_s_median'])} | {_fmt(s['ratio_vs_none'], 2)} | "
                 f"{_fmt(s['outputs_median'])} |"
             )
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.bar(names, rates)
-        ax.set_ylabel("records/s (median)")
-        ax.set_title("Product count on Spark by stream-time punctuation interval")
-        fig.tight_layout()
-        fig.savefig(RESULTS_DIR / "punctuation_intervals.png", dpi=110)
-        plt.close(fig)
-        out += ["", "![intervals](results/punctuation_intervals.png)", ""]
+        out += _bar_plot(
+            "punctuation_intervals.png",
+            "intervals",
+            names,
+            rates,
+            "Product count on Spark by stream-time punctuation interval",
+        )
     else:
         out += [f"Not measured: {intervals.get('error') or intervals.get('exit_code')}", ""]
 
@@ -422,16 +438,12 @@ def _punctuation(data: dict, mode: str, out: list[str], targets: list[dict]) -> 
         ax.set_ylabel("fraction of punctuations")
         ax.set_title("Wall-clock punctuation lag (CDF, steady state)")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(RESULTS_DIR / "punctuation_lag.png", dpi=110)
-        plt.close(fig)
-        out += ["", "![lag](results/punctuation_lag.png)", ""]
+        out += _save_plot(fig, "punctuation_lag.png", "lag")
     else:
         out += [f"Not measured: {lag.get('error') or lag.get('exit_code')}", ""]
 
 
 def _restore(data: dict, mode: str, out: list[str], targets: list[dict]) -> None:
-    plt = _plt()
     out += [
         f"## 3. Restore ({mode} run)",
         "",
@@ -454,15 +466,14 @@ def _restore(data: dict, mode: str, out: list[str], targets: list[dict]) -> None
             f"{_fmt(sec['max'], 2)}) | {_fmt(s['records_per_s_median'])} | "
             f"{_fmt(s['records_per_s_median'] / plain, 2)} |"
         )
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(names, rates)
-    ax.set_ylabel("records/s (median)")
-    ax.set_title(f"Restore of {data['entries']:,} changelog entries")
-    ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS_DIR / "restore.png", dpi=110)
-    plt.close(fig)
-    out += ["", "![restore](results/restore.png)", ""]
+    out += _bar_plot(
+        "restore.png",
+        "restore",
+        names,
+        rates,
+        f"Restore of {data['entries']:,} changelog entries",
+        labelsize=8,
+    )
     ratio = data["ratio_restore_vs_plain_consumer"]
     scope = "" if data["entries"] >= 1_000_000 else f" (indicative: {data['entries']:,}, quick)"
     targets.append(
@@ -1131,10 +1142,7 @@ def _task_hosts_latency(data: dict, mode: str, out: list[str], targets: list[dic
                 if best_2000 is None or p < best_2000[1]:
                     best_2000 = (name, p)
     fig.suptitle("Count per key: end-to-end latency at a steady rate")
-    fig.tight_layout()
-    fig.savefig(RESULTS_DIR / "latency.png", dpi=110)
-    plt.close(fig)
-    out += ["", "![latency](results/latency.png)", ""]
+    out += _save_plot(fig, "latency.png", "latency")
     out += ["Commands:", ""] + [f"- {n}: `{c}`" for n, c in data["commands"].items()] + [""]
     if best_2000:
         targets.append(
