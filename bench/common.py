@@ -199,25 +199,41 @@ def key_for(i: int, keys: int) -> bytes:
     return b"key-%05d" % (i % keys)
 
 
+#: Producer settings for filling a topic fast: large batches, a deep local queue.
+BULK_PRODUCER_CONFIG: dict[str, Any] = {
+    "linger.ms": 50,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+
+
+def bulk_producer(bootstrap: str, extra: dict[str, Any] | None = None) -> Any:
+    """A confluent-kafka ``Producer`` with :data:`BULK_PRODUCER_CONFIG` (and ``extra``)."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, **BULK_PRODUCER_CONFIG, **(extra or {})})
+
+
+def produce_waiting(producer: Any, topic: str, value: bytes, key: bytes, **kwargs: Any) -> None:
+    """``producer.produce``, serving delivery reports while the local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def produce_input(
     bootstrap: str, topic: str, records: int, keys: int, value_bytes: int = 32
 ) -> dict[str, Any]:
     """Produce ``records`` records round-robin over ``keys`` keys (murmur2 partitioning),
     value ``value_bytes`` bytes, timestamps ``BASE + i // RECORDS_PER_MS``."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "partitioner": "murmur2_random",
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "acks": "all",
-            "enable.idempotence": True,
-        }
+    producer = bulk_producer(
+        bootstrap,
+        {"partitioner": "murmur2_random", "acks": "all", "enable.idempotence": True},
     )
     failures: list[str] = []
 
