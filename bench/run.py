@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--quick", action="store_true", help="small sizes, minutes")
-    group.add_argument("--full", action="store_true", help="the full sizes (2M records, 1M keys and entries)")
+    group.add_argument(
+        "--full", action="store_true", help="the full sizes (2M records, 1M keys and entries)"
+    )
     parser.add_argument(
         "--only",
         default="throughput,punctuation,restore",
