@@ -143,7 +143,8 @@ def _load_run(name: str) -> tuple[dict[str, Any] | None, str | None]:
         path = latest_result(f"{name}-{mode}")
         if path:
             data = json.loads(path.read_text())
-            if name == "throughput":  # extra sizes run separately (--suffix=-20M)
+            if name == "throughput":  # extra sizes run separately (--suffix=-20M); other
+                # variants (--suffix=-windowed, -task-hosts-2M, ...) have sections of their own
                 for extra in sorted(RESULTS_DIR.glob(f"{name}-{mode}-*.json")):
                     if not _EXTRA_SIZE.fullmatch(extra.stem):
                         continue
@@ -802,7 +803,7 @@ def windowed_and_global_store_section(targets: Targets) -> list[str]:
     """Windowed count on Spark next to the key-value one; a 1M-entry global store."""
     body: list[str] = []
     for name, render in (
-        ("throughput-windowed", _windowed),
+        ("throughput-quick-windowed", _windowed),  # bench.run --quick --suffix=-windowed
         ("global-store-1000000", _global),
     ):
         data = _read(name)
@@ -1159,10 +1160,11 @@ def task_hosts_section(targets: Targets) -> list[str]:
     out: list[str] = []
     targets = []
     body: list[str] = []
-    data = _read("throughput-task-hosts-2M")
+    # bench.run --full --suffix=-task-hosts-2M (and --suffix=-startup-settings) write these
+    data = _read("throughput-full-task-hosts-2M")
     if data:
         _task_hosts_throughput(data, body, targets)
-    data = _read("throughput-startup-settings")
+    data = _read("throughput-full-startup-settings")
     if data:
         for size in data["sizes"].values():
             body += [
