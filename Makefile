@@ -65,7 +65,7 @@ SOAK_KILLS ?= 8
 SOAK_REPEAT ?= 1
 soak: $(STAMP)
 	$(BIN)/python -m tests.reliability.soak --events $(SOAK_EVENTS) --kills $(SOAK_KILLS) \
-		--repeat $(SOAK_REPEAT) --guarantee both --out bench/results/soak.json
+		--repeat $(SOAK_REPEAT) --guarantee both --out bench/results/soak-$$(date +%F).json
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache

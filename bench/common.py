@@ -131,10 +131,32 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
+#: A result file is ``<benchmark>[-<variant>]-<YYYY-MM-DD>.json``, dated the day it was written.
+_DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]"
+
+
+def result_path(name: str, suffix: str = ".json") -> Path:
+    """Today's result file of ``name`` (``<benchmark>[-<variant>]``), e.g. ``ttl-store-2026-11-24``."""
+    return RESULTS_DIR / f"{name}-{time.strftime('%Y-%m-%d')}{suffix}"
+
+
+def result_files(name: str, directory: Path | None = None) -> list[Path]:
+    """Every dated result file of exactly ``name`` (no longer variant), oldest first."""
+    return sorted((directory or RESULTS_DIR).glob(f"{name}-{_DATE_GLOB}.json"))
+
+
+def latest_result(name: str) -> Path | None:
+    """The newest dated result file of exactly ``name``, or None."""
+    files = result_files(name)
+    return files[-1] if files else None
+
+
+def write_result(name: str, payload: dict[str, Any], **dump: Any) -> Path:
+    """Write ``payload`` to today's result file of ``name`` (``json.dumps`` options in ``dump``)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    path = result_path(name)
+    options: dict[str, Any] = {"indent": 2, "sort_keys": False, "default": str, **dump}
+    path.write_text(json.dumps(payload, **options) + "\n")
     log(f"wrote {path}")
     return path
 
@@ -177,25 +199,41 @@ def key_for(i: int, keys: int) -> bytes:
     return b"key-%05d" % (i % keys)
 
 
+#: Producer settings for filling a topic fast: large batches, a deep local queue.
+BULK_PRODUCER_CONFIG: dict[str, Any] = {
+    "linger.ms": 50,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+
+
+def bulk_producer(bootstrap: str, extra: dict[str, Any] | None = None) -> Any:
+    """A confluent-kafka ``Producer`` with :data:`BULK_PRODUCER_CONFIG` (and ``extra``)."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, **BULK_PRODUCER_CONFIG, **(extra or {})})
+
+
+def produce_waiting(producer: Any, topic: str, value: bytes, key: bytes, **kwargs: Any) -> None:
+    """``producer.produce``, serving delivery reports while the local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def produce_input(
     bootstrap: str, topic: str, records: int, keys: int, value_bytes: int = 32
 ) -> dict[str, Any]:
     """Produce ``records`` records round-robin over ``keys`` keys (murmur2 partitioning),
     value ``value_bytes`` bytes, timestamps ``BASE + i // RECORDS_PER_MS``."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "partitioner": "murmur2_random",
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "acks": "all",
-            "enable.idempotence": True,
-        }
+    producer = bulk_producer(
+        bootstrap,
+        {"partitioner": "murmur2_random", "acks": "all", "enable.idempotence": True},
     )
     failures: list[str] = []
 

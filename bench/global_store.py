@@ -19,7 +19,7 @@ global store and processor):
   micro-batch of every task pays: one read of all partitions to their end), and with 1,000
   new customer records per batch.
 
-Writes ``bench/results/global-store-<entries>.json`` (machine, load average at start and end,
+Writes ``bench/results/global-store-<entries>-<date>.json`` (machine, load average at start and end,
 medians). Run it under the machine-wide lock: ``flock /tmp/spark-tests.lock python -m
 bench.global_store``.
 """
@@ -38,7 +38,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Broker, log, machine_info, stats, write_result
+from bench.common import (
+    Broker,
+    bulk_producer,
+    log,
+    machine_info,
+    produce_waiting,
+    stats,
+    write_result,
+)
 
 TOPIC = "bench-global-customers"
 PARTITIONS = 3
@@ -49,27 +57,10 @@ def customer_value(i: int, version: int = 0) -> bytes:
 
 
 def produce_customers(bootstrap: str, start: int, count: int, version: int = 0) -> float:
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "partitioner": "murmur2_random",
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
+    producer = bulk_producer(bootstrap, {"partitioner": "murmur2_random"})
     started = time.monotonic()
     for i in range(start, start + count):
-        while True:
-            try:
-                producer.produce(TOPIC, customer_value(i, version), b"c%07d" % i)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, TOPIC, customer_value(i, version), b"c%07d" % i)
         if i % 20_000 == 0:
             producer.poll(0)
     if producer.flush(120):

@@ -2,16 +2,15 @@
 
 ``python -m bench.latency_epochs [RATE ...] [--reps N] [--measure S]`` runs the contenders of
 ``bench/latency.py`` named below, alternating, at each rate, and writes
-``bench/results/latency-epochs.json`` (machine, load, commands, every run, medians).
+``bench/results/latency-epochs-<date>.json`` (machine, load, commands, every run, medians).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
-from bench.common import RESULTS_DIR, Broker, ensure_environments, log, machine_info
+from bench.common import Broker, ensure_environments, log, machine_info, write_result
 from bench.latency import EPOCHS_ALOS, EPOCHS_EOS, pa_name, run
 
 CONTENDERS = {EPOCHS_ALOS, EPOCHS_EOS, "hand_loop", "quixstreams", pa_name(0.5)}
@@ -34,9 +33,7 @@ def main() -> None:
     result["machine"] = machine_info()
     result["loadavg_at_end"] = list(os.getloadavg())
     result["environment_problems"] = problems
-    out = RESULTS_DIR / "latency-epochs.json"
-    out.write_text(json.dumps(result, indent=1, sort_keys=True))
-    log(f"wrote {out}")
+    write_result("latency-epochs", result, indent=1, sort_keys=True)
     for rate, by_name in result["summary"].items():
         for name, stats in by_name.items():
             p50, p99 = stats["p50_ms"]["median"], stats["p99_ms"]["median"]

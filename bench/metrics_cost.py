@@ -18,18 +18,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 import urllib.request
 import uuid
-from datetime import date
 from types import SimpleNamespace
 from typing import Any
 
-from bench.common import RESULTS_DIR, Broker, log, machine_info, produce_input
+from bench.common import Broker, log, machine_info, produce_input, write_result
 
 PARTITIONS = 3
 KEYS = 10_000
@@ -210,9 +208,7 @@ def main() -> None:
         log(f"throughput: cost {result['throughput']['cost_fraction']:.2%}")
     result["loadavg_at_end"] = list(os.getloadavg())
     result["machine"] = machine_info()
-    out = RESULTS_DIR / f"metrics-{date.today().isoformat()}.json"
-    out.write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
-    log(f"wrote {out}")
+    write_result("metrics", result, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

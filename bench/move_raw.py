@@ -1,7 +1,8 @@
 """Move the raw logs a result file points to into ``results/raw/<name>/`` and rewrite its paths.
 
-``python -m bench.move_raw throughput-full-issue11`` keeps a run's logs apart from the logs of
-earlier runs of the same sizes (``raw/throughput-2M-processor_api-0.log`` is the name every run
+``python -m bench.move_raw throughput-full-task-hosts-2M-2026-11-23`` (a result file's name)
+keeps a run's logs apart from the logs of earlier runs of the same sizes
+(``raw/throughput-2M-processor_api-0.log`` is the name every run
 of that size writes).
 """
 

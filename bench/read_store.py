@@ -18,7 +18,7 @@ application's state takes. Contenders, alternating, each reading all N entries:
 * ``consumer + dict fold``: the plain consumer folding into a dict (last write wins, tombstones
   delete) and deserializing keys and values: what reading it by hand takes.
 
-Result: ``bench/results/read-store-<N>.json`` with the machine, the load average before and
+Result: ``bench/results/read-store-<N>-<date>.json`` with the machine, the load average before and
 after every run, medians per contender.
 """
 

@@ -14,7 +14,7 @@ alone, outside the Task.
 
     .venv/bin/python -m bench.registry_serdes [RECORDS] [REPEATS]
 
-Writes bench/results/registry-serdes.json and .md.
+Writes bench/results/registry-serdes-<date>.json and .md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 import time
 import uuid
 
-from bench.common import RESULTS_DIR, machine_info
+from bench.common import machine_info, result_path, write_result
 from processor_api import Processor, Serdes, Topology
 from processor_api.config import StreamsConfig
 from processor_api.engine.records import InputRecord, ListCollector
@@ -146,10 +146,9 @@ def main() -> None:
         "loadavg_after": list(os.getloadavg()),
         "machine": machine_info(),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "registry-serdes.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result("registry-serdes", out)
     table = "\n".join(f"| {k} | {v:,.0f} | {serde_only[k]:,.0f} |" for k, v in medians.items())
-    (RESULTS_DIR / "registry-serdes.md").write_text(
+    result_path("registry-serdes", ".md").write_text(
         "# Schema Registry serde round trip (deserialize + serialize per record)\n\n"
         f"`{out['command']}`; alternating, median of {repeats}; load average {load_start} at "
         f"start, {out['loadavg_after']} after.\n\n"

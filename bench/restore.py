@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Broker, log, stats
+from bench.common import Broker, bulk_producer, log, produce_waiting, stats
 
 APP = "bench-restore"
 STORE = "restored"
@@ -34,32 +34,17 @@ _LONG = struct.Struct(">q")
 
 def produce_changelog(bootstrap: str, entries: int, topic: str = TOPIC) -> dict[str, Any]:
     """``entries`` distinct keys ``key-<i>`` with long values ``i`` on partition 0 of ``topic``."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
+    producer = bulk_producer(bootstrap)
     started = time.monotonic()
     for i in range(entries):
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    _LONG.pack(i),
-                    b"key-%07d" % i,
-                    partition=0,
-                    timestamp=1_700_000_000_000 + i,
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(
+            producer,
+            topic,
+            _LONG.pack(i),
+            b"key-%07d" % i,
+            partition=0,
+            timestamp=1_700_000_000_000 + i,
+        )
         if i % 20_000 == 0:
             producer.poll(0)
     if producer.flush(120):

@@ -16,7 +16,7 @@ alternate (the order rotates each repetition); medians of the second pass per co
 * ``512 MB cache, index and filters in it``: the same with a 512 MB cache;
 * ``no bloom filter``: the project's settings without a bloom filter.
 
-Writes ``bench/results/rocksdb-point-reads-<entries>.json``.
+Writes ``bench/results/rocksdb-point-reads-<entries>-<date>.json``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Entry point: ``python -m bench.run --quick|--full`` (``make bench-quick`` / ``make bench``).
 
-Starts one embedded broker, runs the benchmarks of issue #5 with the sizes of the mode, writes
-``bench/results/<benchmark>-<mode>.json`` (each with the machine and the command) and
+Starts one embedded broker, runs throughput, punctuation and restore with the sizes of the mode,
+writes ``bench/results/<benchmark>-<mode>-<date>.json`` (each with the machine and the command) and
 regenerates ``bench/RESULTS.md`` and the plots from every result file present.
 
-``--only throughput,punctuation,restore,latency`` runs a subset (latency: ``bench/latency.py``,
-issue 11); ``--profile`` (default with --full)
-also records py-spy profiles (not timed) into ``bench/results/profiles-<mode>.json``.
+``--only throughput,punctuation,restore,latency`` runs a subset (latency: ``bench/latency.py``); ``--profile`` (default with --full)
+also records py-spy profiles (not timed) into ``bench/results/profiles-<mode>-<date>.json``.
 """
 
 from __future__ import annotations
@@ -97,10 +96,10 @@ def _envelope(mode: str, config: dict[str, Any], started: float, body: dict) -> 
 def save_profile(
     tag: str, mode: str, config: dict, started: float, name: str, summary: dict
 ) -> None:
-    """Add one profile summary to ``profiles-<tag>.json`` (kept across partial runs)."""
+    """Add one profile summary to today's ``profiles-<tag>-<date>.json`` (kept across partial runs)."""
     import json
 
-    path = common.RESULTS_DIR / f"profiles-{tag}.json"
+    path = common.result_path(f"profiles-{tag}")
     profiles = {}
     if path.exists():
         profiles = json.loads(path.read_text()).get("profiles", {})
@@ -112,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--quick", action="store_true", help="small sizes, minutes")
-    group.add_argument("--full", action="store_true", help="the sizes of issue #5")
+    group.add_argument(
+        "--full", action="store_true", help="the full sizes (2M records, 1M keys and entries)"
+    )
     parser.add_argument(
         "--only",
         default="throughput,punctuation,restore",
@@ -150,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         help="override the repetitions of the throughput comparison",
     )
     parser.add_argument(
-        "--suffix", default="", help="result file suffix, e.g. -20M: throughput-full-20M.json"
+        "--suffix",
+        default="",
+        help="result file suffix, e.g. -20M: throughput-full-20M-<date>.json",
     )
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="only regenerate RESULTS.md and plots from the JSON files",
+        help="only regenerate RESULTS.md and plots from the JSON files (python -m bench.report)",
     )
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"

@@ -122,7 +122,7 @@ def main() -> None:
         for name in CONTENDERS
     }
     write_result(
-        f"task-memory-{time.strftime('%Y-%m-%d')}",
+        "task-memory",
         {
             "command": "python -m bench.task_memory " + " ".join(sys.argv[1:]),
             "records": args.records,

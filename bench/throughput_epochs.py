@@ -3,7 +3,7 @@
 ``python -m bench.throughput_epochs [RECORDS ...] [--reps N]``: count per key over 3 partitions
 (``bench/throughput.py``), every contender ``--available-now`` from a cold start, alternating,
 with the peak PSS of each contender's process tree; writes
-``bench/results/throughput-epochs-<size>.json`` (machine, load, commands, runs, medians).
+``bench/results/throughput-epochs-<size>-<date>.json`` (machine, load, commands, runs, medians).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 
-from bench.common import RESULTS_DIR, Broker, ensure_environments, log, machine_info
+from bench.common import Broker, ensure_environments, log, machine_info, write_result
 from bench.throughput import EPOCHS, run_size
 
 CONTENDERS = {"processor_api", EPOCHS, "hand_loop", "quixstreams"}
@@ -34,9 +34,7 @@ def main() -> None:
             result["loadavg_at_end"] = list(os.getloadavg())
             result["environment_problems"] = problems
             tag = f"{records // 1000}k" if records < 1_000_000 else f"{records // 1_000_000}M"
-            out = RESULTS_DIR / f"throughput-epochs-{tag}.json"
-            out.write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
-            log(f"wrote {out}")
+            write_result(f"throughput-epochs-{tag}", result, indent=1, sort_keys=True)
             for name, summary in result.get("summary", {}).items():
                 log(f"{tag} {name}: {json.dumps(summary, default=str)[:300]}")
     finally:

@@ -9,7 +9,7 @@ ratio, and per commit the entries expired and the time the expiry took.
 
     .venv/bin/python -m bench.ttl_store [RECORDS]
 
-Writes bench/results/ttl-store.json and .md.
+Writes bench/results/ttl-store-<date>.json and .md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS_DIR, machine_info
+from bench.common import machine_info, result_path, write_result
 from processor_api import Processor, Serdes, Stores, Topology
 from processor_api.config import StreamsConfig
 from processor_api.engine.records import InputRecord, ListCollector
@@ -125,9 +125,8 @@ def main() -> None:
         "loadavg_after": list(os.getloadavg()),
         "machine": machine_info(),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "ttl-store.json").write_text(json.dumps(out, indent=2) + "\n")
-    (RESULTS_DIR / "ttl-store.md").write_text(
+    write_result("ttl-store", out)
+    result_path("ttl-store", ".md").write_text(
         "# TTL store vs plain store (RocksDB, 1M keys, TTL 9 min of stream time, 10% of keys expiring per minute)\n\n"
         f"`{out['command']}`; load average {out['machine'].get('loadavg_at_start')} at start, "
         f"{out['loadavg_after']} after.\n\n"

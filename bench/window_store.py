@@ -28,7 +28,7 @@ the four key-value ones; the order rotates each repetition).
 After the repetitions the slowest window phase and the slowest key-value phase are run
 once more each under cProfile.
 
-Writes ``bench/results/window-store-<entries>.json``.
+Writes ``bench/results/window-store-<entries>-<date>.json``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with ``kill -9`` (the whole process tree) again and again, then compared with a reference fold.
 
     python -m tests.reliability.soak --events 30000 --kills 8 --guarantee both \\
-        --out bench/results/soak.json
+        --out bench/results/soak-$(date +%F).json
 
 For each guarantee: a fresh input topic (3 partitions) gets ``--events`` sales over
 ``--products`` products; ``run-topology --available-now`` is started and killed ``--kills``
