@@ -33,7 +33,15 @@ PARTITIONS = 3
 KEYS = 10_000
 
 
-def _run(spark: Any, bootstrap: str, topic: str, metrics: bool) -> dict[str, Any]:
+def epoch_run(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    *,
+    metrics: bool = False,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One ``--available-now`` run of count per key in epochs; its steady-state rate."""
     from processor_api.spark.runner import RunSettings, TopologyRunner
 
     app_id = f"bench-metrics-{uuid.uuid4().hex[:8]}"
@@ -44,6 +52,7 @@ def _run(spark: Any, bootstrap: str, topic: str, metrics: bool) -> dict[str, Any
         epochs=True,
         available_now=True,
         metrics_port=0 if metrics else None,
+        config=dict(config or {}),
     )
     runner = TopologyRunner(
         "topologies.count_per_key:build_topology",
@@ -87,11 +96,11 @@ def throughput(records: int, reps: int) -> dict[str, Any]:
             "bench-metrics",
             PARTITIONS,
         )
-        _run(spark, broker.bootstrap, topic, metrics=False)  # warm-up: JVM, imports
+        epoch_run(spark, broker.bootstrap, topic)  # warm-up: JVM, imports
         runs = []
         for rep in range(reps):
             for metrics in (False, True) if rep % 2 == 0 else (True, False):
-                run = _run(spark, broker.bootstrap, topic, metrics)
+                run = epoch_run(spark, broker.bootstrap, topic, metrics=metrics)
                 assert run["records"] == records, run
                 log(f"rep {rep} metrics={metrics}: {run}")
                 runs.append(run)

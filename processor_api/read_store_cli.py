@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="run settings of the application; schema.registry.* ones reach registry serdes",
+        help="run settings of the application; schema.registry.* ones reach registry serdes, "
+        "and with state.snapshot.location (and state.snapshot.filesystem.options) each partition "
+        "starts from its newest snapshot and reads only the changelog after it",
     )
     add_topology_and_kafka_arguments(parser)
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
@@ -104,10 +106,12 @@ def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
     from processor_api.config import StreamsConfig
     from processor_api.kafka.store_reader import store_builder
     from processor_api.loader import load_topology
+    from processor_api.state.snapshots import settings_from_config as snapshot_settings
     from processor_api.store_queries import entry_fields, open_store_reader
 
     kafka = kafka_settings(args)
-    registry = StreamsConfig.from_dict(dict(args.config)).schema_registry
+    config = StreamsConfig.from_dict(dict(args.config))
+    registry = config.schema_registry
     topology = load_topology(args.topology, dict(args.topology_arg))
     # the selection is checked against the store before the broker is asked anything
     selection = _selection(args, store_builder(topology, args.store))
@@ -118,6 +122,7 @@ def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
         args.store,
         kafka_config=kafka,
         registry=registry,
+        snapshots=snapshot_settings(config),
     )
     entries = reader.read(selection)
     return ({**entry_fields(entry), "partition": p} for p, entry in entries)

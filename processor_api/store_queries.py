@@ -16,6 +16,7 @@ from processor_api.topology import Topology
 
 if TYPE_CHECKING:
     from processor_api.kafka.store_reader import StoreReader
+    from processor_api.state.snapshots import SnapshotSettings
 
 
 def open_store_reader(
@@ -27,13 +28,16 @@ def open_store_reader(
     kafka_config: Mapping[str, Any] | None = None,
     topology_kwargs: Mapping[str, Any] | None = None,
     registry: Mapping[str, Any] | None = None,
+    snapshots: SnapshotSettings | None = None,
 ) -> StoreReader:
     """A :class:`~processor_api.kafka.store_reader.StoreReader` for ``store`` of the application.
 
     ``topology`` is a :class:`Topology` or ``"module:function"`` (called with
     ``topology_kwargs``); ``kafka_config`` holds Kafka client settings as ``run-topology
     --kafka-config`` takes them (``consumer.``/``admin.`` prefixes too); ``registry`` the
-    Schema Registry client config for registry serdes that name none.
+    Schema Registry client config for registry serdes that name none; ``snapshots`` where
+    the application's store snapshots are (each partition then starts from its newest usable
+    snapshot and reads only the changelog after it).
     """
     from processor_api.kafka.client_config import KafkaClientConfig
     from processor_api.kafka.store_reader import StoreReader
@@ -44,7 +48,13 @@ def open_store_reader(
         topology = load_topology(topology, dict(topology_kwargs or {}))
     kafka = KafkaClientConfig.from_dict(dict(kafka_config)) if kafka_config else None
     return StoreReader(
-        bootstrap_servers, application_id, topology, store, kafka=kafka, registry=registry
+        bootstrap_servers,
+        application_id,
+        topology,
+        store,
+        kafka=kafka,
+        registry=registry,
+        snapshots=snapshots,
     )
 
 

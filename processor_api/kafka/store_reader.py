@@ -54,6 +54,7 @@ from processor_api.kafka.topics import plan_topics
 from processor_api.kafka.transactions import CommitMarker, read_latest_marker
 from processor_api.logging import get_logger
 from processor_api.state import InMemoryBytesStore, KeyValue, StoreBuilder
+from processor_api.state.manager import TaskStores
 from processor_api.state.selection import (
     KEY_VALUE_KINDS,
     READABLE_KINDS,
@@ -62,6 +63,7 @@ from processor_api.state.selection import (
     select,
     select_folded,
 )
+from processor_api.state.snapshots import SnapshotSettings, TaskSnapshots
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.read_store")
@@ -104,7 +106,9 @@ class StoreReader:
         *,
         kafka: KafkaClientConfig | None = None,
         registry: Mapping[str, Any] | None = None,
+        snapshots: SnapshotSettings | None = None,
     ) -> None:
+        self.snapshots = snapshots
         # serdes bound to the changelog topic, as the application's tasks bind them
         topic = changelog_topic(application_id, store)
         self.builder = store_builder(topology, store).bound_to(topic, registry)
@@ -123,7 +127,9 @@ class StoreReader:
         self, partition: int, end: int, selection: StoreSelection | None = None
     ) -> Iterator[KeyValue]:
         """The entries of ``partition`` committed up to changelog offset ``end``."""
-        return read_partition(self.location, self.builder, partition, end, selection)
+        return read_partition(
+            self.location, self.builder, partition, end, selection, self.snapshots
+        )
 
     def read(self, selection: StoreSelection | None = None) -> Iterator[tuple[int, KeyValue]]:
         """``(partition, entry)`` of every partition, each at its last committed batch (the
@@ -241,14 +247,20 @@ def read_partition(
     partition: int,
     end: int,
     selection: StoreSelection | None = None,
+    snapshots: SnapshotSettings | None = None,
 ) -> Iterator[KeyValue]:
     """Replay ``[0, end)`` of one changelog partition into a temporary store and select.
 
     Key-value stores (plain and timestamped) are folded into a dict instead: the changelog
     key is the store key, so the last write of each key, tombstones applied, is the store.
+    With ``snapshots`` (a persistent store), the partition's newest usable snapshot at or
+    below ``end`` is downloaded and only the changelog after it is replayed.
     """
     selection = selection or StoreSelection()
     check_selection(builder.kind, builder.name, selection)
+    if snapshots is not None and builder.persistent and end > 0:
+        yield from _read_from_snapshot(location, builder, partition, end, selection, snapshots)
+        return
     if builder.kind in KEY_VALUE_KINDS:
         folded: dict[bytes, bytes] = {}
         if end > 0:
@@ -264,6 +276,81 @@ def read_partition(
             yield from select(builder.kind, stack.store, builder.name, selection)
         finally:
             stack.close()
+
+
+def _read_from_snapshot(
+    location: StoreLocation,
+    builder: StoreBuilder,
+    partition: int,
+    end: int,
+    selection: StoreSelection,
+    settings: SnapshotSettings,
+) -> Iterator[KeyValue]:
+    """The partition's store restored as its task would restore it: snapshot, then tail."""
+    task_id = location.task_ids[partition]
+    with tempfile.TemporaryDirectory(prefix="read-store-") as scratch:
+        directory = Path(scratch) / task_id
+        stores = TaskStores(
+            application_id=location.application_id,
+            task_id=task_id,
+            partition=partition,
+            directory=directory,
+            builders={builder.name: builder},
+            changelog_topics={builder.name: location.changelog_topic},
+            timestamp_fn=lambda: 0,
+            snapshots=TaskSnapshots(
+                settings, task_id=task_id, partition=partition, directory=directory
+            ),
+        )
+        stores.build(builder, lambda: 0)
+        try:
+            replayed = stores.restore({builder.name: end}, _tail_reader(location))
+            _log.info(
+                "store_partition_read",
+                store=location.store,
+                topic=location.changelog_topic,
+                partition=partition,
+                end_offset=end,
+                snapshot_offset=stores.snapshot_offsets.get(builder.name),
+                records=replayed.get(builder.name, 0),
+            )
+            yield from select(
+                builder.kind, stores.stacks[builder.name].store, builder.name, selection
+            )
+        finally:
+            stores.close()
+
+
+def _tail_reader(location: StoreLocation) -> Callable[..., int]:
+    """A ``TaskStores`` changelog reader over this location's broker, ``read_committed``."""
+
+    def read(
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        apply: Callable[[list[Any]], None],
+        with_timestamps: bool = False,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> int:
+        count = 0
+        with PartitionReader(
+            location.bootstrap_servers,
+            "read-store",
+            isolation_level="read_committed",
+            fail_on_data_loss=False,
+            fetch=LARGE_FETCH,
+            kafka=location.kafka,
+        ) as reader:
+            for messages in reader.read(topic, partition, start, end):
+                if with_timestamps:
+                    apply([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
+                else:
+                    apply([(m.key(), m.value()) for m in messages])
+                count += len(messages)
+        return count
+
+    return read
 
 
 def _scratch_store(builder: StoreBuilder, directory: Path) -> Any:

@@ -107,6 +107,8 @@ class TaskStores:
         self._warned_checkpoint = False  # a corrupt checkpoint is reported once, not per store
         self._snapshots = snapshots
         self._positions: dict[str, int] = {}  # per logged store, the changelog offset it holds
+        #: Per store restored from a snapshot by :meth:`restore`, the snapshot's offset.
+        self.snapshot_offsets: dict[str, int] = {}
         self._log = _log.bind(task=task_id)
 
     # ------------------------------------------------------------------- open
@@ -298,6 +300,7 @@ class TaskStores:
                 snapshot = self._from_snapshot(name, target)
                 if snapshot is not None:
                     stack, position = self.stacks[name], snapshot.manifest.offset
+                    self.snapshot_offsets[name] = position
             if target > position or snapshot is not None:
                 replayed[name] = self._replay(
                     name, stack, position, target, reader, listener, snapshot

@@ -2,7 +2,8 @@
 
 Run 1 snapshots after every commit; run 2 takes none (an hour apart), so its changes are only in
 the changelogs; then the local state is wiped and run 3 must replay exactly run 2's changelog
-records (the tail after the snapshots), not the whole changelogs, with exact results.
+records (the tail after the snapshots), not the whole changelogs, with exact results; and
+``read-store``'s reader, given the snapshot location, reads the same from snapshots and tails.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from processor_api.app_status import application_status
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
 from processor_api.state.manager import wipe_application_state
 from processor_api.state.snapshot_files import StoreSnapshotDir, open_location
+from processor_api.state.snapshots import SnapshotSettings
+from processor_api.store_queries import open_store_reader
 from tests.harness.runs import BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, produce, uid
 
@@ -117,3 +121,19 @@ def test_a_run_without_local_state_restores_from_snapshots_and_the_tail(kafka, s
     for product, value in sent:
         totals[product] += value
     assert store == dict(totals)
+
+    # read-store: from the snapshots and the tail, the same committed contents
+    settings = SnapshotSettings(location=str(snapshots), interval_ms=HOUR)
+    with capture_logs() as logs:
+        reader = open_store_reader(
+            kafka.bootstrap_servers,
+            app_id,
+            "topologies.sales_aggregation:build_topology",
+            STORE,
+            topology_kwargs=kwargs,
+            snapshots=settings,
+        )
+        from_snapshots = {entry.key: entry.value for _, entry in reader.read()}
+    reads = [e for e in logs if e["event"] == "store_partition_read"]
+    assert len(reads) == PARTITIONS and all(e["snapshot_offset"] > 0 for e in reads), reads
+    assert from_snapshots == dict(totals)

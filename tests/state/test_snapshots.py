@@ -337,3 +337,42 @@ def test_snapshots_wait_for_their_interval(tmp_path):
     stores.close()
     taken = sorted(m.offset for _, m in _store_dir(location, "kv").manifests() if m is not None)
     assert taken == [offsets[2], offsets[4]]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("state.snapshot.interval.ms", "-2", "state_snapshot_interval_ms must be -1"),
+        ("state.snapshot.interval.ms", "soon", "state_snapshot_interval_ms must be an integer"),
+        ("state.snapshot.retained", "0", "state_snapshot_retained must be at least 1"),
+        ("state.snapshot.max.bytes.per.second", "-1", "must be >= 0"),
+        ("state.snapshot.filesystem.options", "{region: x}", "must be a JSON object"),
+        ("state.snapshot.filesystem.options", "[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_bad_snapshot_settings_name_the_key(key, value, message):
+    from processor_api.config import StreamsConfig
+    from processor_api.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        StreamsConfig.from_dict({key: value})
+
+
+def test_filesystem_options_for_a_scheme_without_them_name_the_location():
+    from processor_api.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ftp"):
+        open_location("ftp://host/snapshots", {"user": "x"})
+    with pytest.raises(ConfigError, match="not accepted by S3FileSystem"):
+        open_location("s3://bucket/x", {"no_such_option": 1})
+
+
+def test_snapshots_are_off_without_a_location_or_below_zero():
+    from processor_api.config import StreamsConfig
+    from processor_api.state.snapshots import settings_from_config
+
+    assert settings_from_config(StreamsConfig.from_dict({})) is None
+    off = {"state.snapshot.location": "/tmp/x", "state.snapshot.interval.ms": -1}
+    assert settings_from_config(StreamsConfig.from_dict(off)) is None
+    on = settings_from_config(StreamsConfig.from_dict({"state.snapshot.location": "/tmp/x"}))
+    assert on is not None and on.interval_ms == 60_000 and on.retained == 2

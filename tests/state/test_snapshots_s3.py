@@ -1,0 +1,125 @@
+"""Snapshots in an S3-compatible object store: moto's server, a real HTTP server process,
+reached through ``pyarrow.fs.S3FileSystem`` with an endpoint override."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from processor_api.config import StreamsConfig
+from processor_api.state.manager import TaskStores
+from processor_api.state.snapshot_files import StoreSnapshotDir, open_location
+from processor_api.state.snapshots import TaskSnapshots, settings_from_config
+from tests.state.test_snapshots import Changelog, _idle, _key_value, flushed_changes
+
+BUCKET = "snapshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    port = _free_port()
+    server = Path(sys.executable).with_name("moto_server")
+    process = subprocess.Popen(
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "MOTO_CALL_RESET_API": "false"},
+    )
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    _, err = process.communicate(timeout=5)
+                    pytest.fail(f"moto_server did not listen on {port}: {err.decode()[-2000:]}")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _options(endpoint: str) -> dict[str, object]:
+    return {
+        "endpoint_override": endpoint,
+        "access_key": "testing",
+        "secret_key": "testing",
+        "region": "us-east-1",
+        "scheme": "http",
+        "allow_bucket_creation": True,
+    }
+
+
+def test_snapshots_round_trip_through_an_s3_server(tmp_path, s3_endpoint):
+    config = StreamsConfig.from_dict(
+        {
+            "state.snapshot.location": f"s3://{BUCKET}/app-s3",
+            "state.snapshot.interval.ms": 0,
+            "state.snapshot.retained": 1,
+            # as --config gives it: JSON text
+            "state.snapshot.filesystem.options": json.dumps(_options(s3_endpoint)),
+        }
+    )
+    settings = settings_from_config(config)
+    assert settings is not None
+    settings = type(settings)(**{**settings.__dict__, "prune_grace_s": 0.0})
+    filesystem, root = open_location(settings.location, settings.filesystem_options)
+    assert isinstance(filesystem, pafs.S3FileSystem) and root == f"{BUCKET}/app-s3"
+    filesystem.create_dir(BUCKET)
+
+    builder = _key_value("rocksdb")
+    changelog = Changelog()
+
+    def task_stores(directory: Path) -> TaskStores:
+        return TaskStores(
+            application_id="app-s3",
+            task_id="0_0",
+            partition=0,
+            directory=directory,
+            builders={builder.name: builder},
+            changelog_topics={builder.name: "app-s3-kv-changelog"},
+            timestamp_fn=lambda: 5,
+            snapshots=TaskSnapshots(settings, task_id="0_0", partition=0, directory=directory),
+        )
+
+    first = task_stores(tmp_path / "first")
+    stack = first.build(builder, lambda: 5)
+    for round_ in range(3):
+        for i in range(2000):
+            stack.store.put(f"k{i}", round_ * 10_000 + i)
+        first.commit({builder.name: changelog.append(flushed_changes(stack))})
+        _idle()
+    expected = list(stack.store.all())
+    first.close()
+
+    directory = StoreSnapshotDir(filesystem, f"{root}/0_0/{builder.name}")
+    manifests = directory.manifests()
+    assert len(manifests) == 1 and manifests[0][1] is not None  # retained: 1
+    assert manifests[0][1].offset == len(changelog.records)
+    listed = filesystem.get_file_info(pafs.FileSelector(f"{root}/0_0/kv/files"))
+    assert {f"files/{info.base_name}" for info in listed} == directory.referenced_objects()
+
+    second = task_stores(tmp_path / "second")
+    second.build(builder, lambda: 5)
+    second.restore({builder.name: len(changelog.records)}, changelog.reader)
+    assert changelog.reads == []  # all from the object store
+    assert list(second.stacks[builder.name].store.all()) == expected
+    second.close()
