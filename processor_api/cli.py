@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--state-dir", default="./state", help="local store directory")
     parser.add_argument(
+        "--state-dir-per-executor",
+        action="store_true",
+        help="each executor keeps its tasks' stores under STATE_DIR/executor-<id>/ (separate "
+        "disks for executors sharing a machine, e.g. local-cluster[...])",
+    )
+    parser.add_argument(
         "--checkpoint-dir",
         default=None,
         help="Spark checkpoint (default: STATE_DIR/APP_ID/_spark_checkpoint)",
@@ -279,6 +285,7 @@ def _check_arguments(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
 
 def _run(args: argparse.Namespace, log: Any) -> int:
     from processor_api.loader import load_topology
+    from processor_api.runtime.executor_dirs import state_dirs_here
     from processor_api.spark.runner import RunSettings, TopologyRunner
     from processor_api.state.locks import ApplicationLock
     from processor_api.state.manager import wipe_application_state
@@ -294,7 +301,11 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     with ExitStack() as stack:
         stack.enter_context(ApplicationLock(args.state_dir, application_id))
         if args.cleanup:
-            wiped = wipe_application_state(args.state_dir, application_id)
+            wiped = sum(
+                wipe_application_state(directory, application_id)
+                for directory in {Path(args.state_dir)}
+                | set(state_dirs_here(args.state_dir, per_executor=True))
+            )
             log.info("local_state_wiped", application_id=application_id, tasks=wiped)
         bootstrap = args.bootstrap_servers
         if args.embedded_broker:
@@ -325,6 +336,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             max_records_per_batch=args.max_records_per_batch,
             epochs=args.epochs,
             epoch_interval_s=args.epoch_interval,
+            state_dir_per_executor=args.state_dir_per_executor,
             config=config,
             log_format=args.log_format,
             spark_conf=dict(args.spark_conf),

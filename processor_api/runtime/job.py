@@ -34,6 +34,16 @@ class JobSpec:
     #: How often each task host sends its metrics to the run's metrics topic (seconds);
     #: None: no metrics (``run-topology`` without ``--metrics-port``).
     metrics_interval_s: float | None = None
+    #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/``
+    #: (``runtime/executor_dirs.py``).
+    state_dir_per_executor: bool = False
+
+    @property
+    def executor_state_dir(self) -> str:
+        """The state directory of the executor this runs on."""
+        from processor_api.runtime.executor_dirs import executor_state_dir
+
+        return executor_state_dir(self.state_dir, self.state_dir_per_executor)
 
     def load_topology(self) -> Topology:
         """The run's topology: imported by reference, or unpickled."""

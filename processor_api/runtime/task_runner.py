@@ -124,7 +124,7 @@ class TaskRunner:
             raise StreamsError(f"task {task_id}: the topology has no sub-topology {sub_id}")
         self.subtopology: SubTopology = subtopology
         self.topology = topology
-        self.directory = task_directory(spec.state_dir, self.app_id, task_id)
+        self.directory = task_directory(spec.executor_state_dir, self.app_id, task_id)
         self._lock = lock
         self._patience = Patience(task_id, spec.bootstrap_servers, self.config.task_timeout_ms)
         snapshot_settings = snapshot_settings_from_config(self.config)

@@ -57,7 +57,7 @@ def run_epoch(
     worker_setup(spec)
     task_id = task_id_of(str(key[0]))
     epoch = _epoch(frames)
-    directory = task_directory(spec.state_dir, spec.config["application_id"], task_id)
+    directory = task_directory(spec.executor_state_dir, spec.config["application_id"], task_id)
     request = EpochRequest(
         spec=spec,
         task_id=task_id,

@@ -34,6 +34,7 @@ from processor_api.kafka.names import commit_marker_topic, metrics_topic
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.topics import TopicPlan, create_topics, plan_topics
 from processor_api.logging import get_logger
+from processor_api.runtime.executor_dirs import state_dirs_here
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.spark.failures import query_failed
@@ -198,6 +199,7 @@ class TopologyRunner:
             task_ids=tuple(self.plan.task_ids) if self.plan else (),
             kafka=self.kafka,
             metrics_interval_s=None if self.settings.metrics_port is None else METRICS_INTERVAL_S,
+            state_dir_per_executor=self.settings.state_dir_per_executor,
             **epoch_fields,
         )
 
@@ -582,10 +584,9 @@ class TopologyRunner:
         if self.settings.epochs and self.plan is not None:
             from processor_api.spark.epochs import end_epochs
 
-            ended = end_epochs(
-                Path(self.settings.state_dir).resolve(),
-                self.config.application_id,
-                self.plan.task_ids,
+            ended = sum(
+                end_epochs(directory, self.config.application_id, self.plan.task_ids)
+                for directory in self._state_dirs_here()
             )
             _log.debug("epochs_ended", tasks=ended)
         if query.status.get("isTriggerActive"):
@@ -599,6 +600,12 @@ class TopologyRunner:
                 time.sleep(0.02)
         query.stop()
         _log.info("query_stopped", application_id=self.config.application_id)
+
+    def _state_dirs_here(self) -> list[Path]:
+        """The executors' state directories on this machine (one unless per executor)."""
+        return state_dirs_here(
+            Path(self.settings.state_dir).resolve(), self.settings.state_dir_per_executor
+        )
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
@@ -628,10 +635,9 @@ class TopologyRunner:
         if self._query is not None and self._query.isActive:
             self._query.stop()
         if self.plan is not None:
-            closed = close_hosts(
-                Path(self.settings.state_dir).resolve(),
-                self.config.application_id,
-                self.plan.task_ids,
+            closed = sum(
+                close_hosts(directory, self.config.application_id, self.plan.task_ids)
+                for directory in self._state_dirs_here()
             )
             _log.debug("tasks_closed", tasks=closed)
         if self._own_spark and self._spark is not None:

@@ -41,6 +41,9 @@ class RunSettings:
     #: Serve ``/metrics`` and the health probes on this port (``--metrics-port``; 0: a free
     #: one, logged and kept in ``TopologyRunner.metrics_port``); None: no metrics.
     metrics_port: int | None = None
+    #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/`` (separate disks on
+    #: one machine: ``runtime/executor_dirs.py``); the driver's files stay in ``state_dir``.
+    state_dir_per_executor: bool = False
 
     @property
     def resolved_checkpoint_dir(self) -> str:

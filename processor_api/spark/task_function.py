@@ -74,7 +74,7 @@ def run_task(
     task_id = task_id_of(str(key[0]))
     timed_out = bool(state.hasTimedOut)
     ranges = _ranges(frames)
-    directory = task_directory(spec.state_dir, spec.config["application_id"], task_id)
+    directory = task_directory(spec.executor_state_dir, spec.config["application_id"], task_id)
     request = {
         "op": "batch",
         "spec": spec,
