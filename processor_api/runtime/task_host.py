@@ -212,6 +212,10 @@ class TaskHost:
         if self.runner is not None:
             self.runner.punctuate_due()
 
+    def close(self) -> None:
+        """Close the task (if any) and the metrics publisher."""
+        self._close()
+
     def _close(self) -> None:
         runner, self.runner = self.runner, None
         publisher, self._publisher = self._publisher, None
@@ -282,6 +286,12 @@ def _watch(daemon_pid: int) -> None:
             pass
 
 
+#: A host that gets no request for this long closes its task and exits: Spark runs the task
+#: elsewhere now, or the run ended without closing its hosts (a killed driver). Epochs
+#: (60 s by default) and micro-batches come far more often; a task that does come back after
+#: this reopens its stores from the local checkpoint.
+IDLE_RELEASE_S = 300.0
+
 #: How long a host goes on processing after an epoch while the next one has not come
 #: (Spark's planning between epochs takes about a second); what it did then is committed by
 #: the next epoch, or dropped when none comes.
@@ -341,19 +351,25 @@ def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
     threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
     host = TaskHost(name, task_dir)
     requests: queue.Queue = queue.Queue()
-    threading.Thread(target=_accept, args=(server, host, requests), daemon=True).start()
+    acceptor = threading.Thread(target=_accept, args=(server, host, requests), daemon=True)
+    acceptor.start()
     gap_until: float | None = None
+    last_request = time.monotonic()
     while True:
         if gap_until is not None and requests.empty():
             host.between_epochs(gap_until, lambda: not requests.empty())
             if requests.empty():
                 host.epoch_gap_expired()
             gap_until = None
+        idle_left = IDLE_RELEASE_S - (time.monotonic() - last_request)
+        if idle_left <= 0:
+            _release_idle(server, acceptor, host, requests, time.monotonic() - last_request)
+            return
         wait_s = host.seconds_to_next_punctuation()
         try:
             # a timeout of 0 would make get() non-blocking; 1 ms keeps it a wait
             message, connection = requests.get(
-                timeout=None if wait_s is None else max(wait_s, 0.001)
+                timeout=max(idle_left if wait_s is None else min(wait_s, idle_left), 0.001)
             )
         except queue.Empty:
             host.punctuate_due()
@@ -372,6 +388,37 @@ def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
         if exit_after:
             server.close()
             return
+        last_request = time.monotonic()
+
+
+def _release_idle(
+    server: socket.socket,
+    acceptor: threading.Thread,
+    host: TaskHost,
+    requests: queue.Queue,
+    idle_s: float,
+) -> None:
+    """Let the task go after ``IDLE_RELEASE_S`` without a request: it runs elsewhere now (on
+    another executor) or its run ended without closing the hosts. Requests that reached the
+    host meanwhile are dropped unread, so their workers send them to a new host."""
+    host.stopping.set()
+    try:
+        server.shutdown(socket.SHUT_RDWR)  # wakes the acceptor's accept(); close() alone would not
+    except OSError:
+        pass
+    server.close()
+    acceptor.join(WATCH_INTERVAL_S * 4)
+    while True:
+        try:
+            _, connection = requests.get_nowait()
+        except queue.Empty:
+            break
+        connection.close()
+    task_id = host.runner.task_id if host.runner is not None else None
+    get_logger("processor_api.task_host", task=task_id).info(
+        "task_released_idle", idle_s=round(idle_s, 1), host=host.name
+    )
+    host.close()
 
 
 def main(argv: list[str]) -> None:

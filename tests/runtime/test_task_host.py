@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,20 @@ def test_a_host_that_never_replies_is_an_error_naming_the_request(tmp_path: Path
             send_message(extra, {"op": "done"})
             receive_message(extra)
     thread.join(WAIT_S)
+
+
+def test_a_host_without_requests_lets_its_task_go(monkeypatch, tmp_path: Path) -> None:
+    """A task that Spark runs elsewhere now leaves no host holding it here."""
+    monkeypatch.setattr(task_host, "IDLE_RELEASE_S", 0.5)
+    name = f"processor-api-test-{uuid.uuid4().hex}"
+    server = threading.Thread(target=task_host.serve, args=(name, tmp_path, os.getpid()))
+    started = time.monotonic()
+    server.start()
+    _wait_listening(name)
+    # a request resets the clock (an unknown op: answered with an error, the host stays)
+    reply = request(name, {"op": "nothing"}, timeout_s=WAIT_S)
+    assert reply["ok"] is False
+    server.join(WAIT_S)
+    assert not server.is_alive(), "the idle host did not exit"
+    assert time.monotonic() - started >= 0.5
+    assert _connect(name) is None  # nobody listens under the task's name any more
