@@ -1,0 +1,183 @@
+"""Spread again after an executor loss: tasks per executor over time, after kill -9 of one.
+
+``python -m bench.executor_spread [--reps R] [--observe-s S]`` (under ``flock
+/tmp/spark-tests.lock``: it starts Spark) writes ``bench/results/executor-spread-<date>.json``.
+A continuous run in epochs (5 s) of the seed's sales aggregation, 4 partitions, on
+``local-cluster[2,3,1024]`` (two executors with 3 slots each: room for all 4 tasks on one),
+a state directory per executor and snapshots after every commit. Once all 4 tasks run, the
+executor JVM holding the most tasks is killed; Spark's REST API (``/executors``:
+``activeTasks``) is read every 0.5 s for ``S`` seconds. Per run: when the replacement executor
+registered, and from when on the live executors' task counts differ by at most one (and stay
+so to the end). Contenders, alternating: ``spark.locality.wait=0`` and ``3s`` (Spark's
+default, which ``run-topology`` keeps: the wait made no difference, see the result file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.common import Broker, log, machine_info, write_result
+
+PARTITIONS = 4
+MASTER = "local-cluster[2,3,1024]"
+CONTENDERS = {"locality.wait=0": "0", "locality.wait=3s (Spark's default)": "3s"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _executors(port: int) -> list[dict[str, Any]] | None:
+    """Spark's executor list (the driver left out), or None while the UI does not answer."""
+    base = f"http://127.0.0.1:{port}/api/v1/applications"
+    try:
+        with urllib.request.urlopen(base, timeout=2) as answer:
+            app = json.load(answer)[0]["id"]
+        with urllib.request.urlopen(f"{base}/{app}/executors", timeout=2) as answer:
+            return [e for e in json.load(answer) if e["id"] != "driver"]
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+def _cwd_name(pid: int) -> str | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")).name
+    except OSError:
+        return None
+
+
+def _one_run(broker: Broker, locality_wait: str, observe_s: float) -> dict[str, Any]:
+    from tests.harness.executor_loss import executor_pids
+    from tests.harness.folds import make_sales, produce_sales
+    from tests.harness.processes import CliRun, cli_args
+    from tests.harness.topics import uid
+    from tests.integration.test_local_cluster import _executor_dirs
+
+    run_id = uid()
+    input_topic, output_topic = f"spread-in-{run_id}", f"spread-out-{run_id}"
+    broker.create_topic(input_topic, PARTITIONS)
+    broker.create_topic(output_topic, PARTITIONS)
+    produce_sales(broker.bootstrap, input_topic, make_sales(400, 16, seed=61))
+    port = _free_port()
+    marker = f"-Dprocessor_api.test.run={run_id}"
+    tmp = Path(tempfile.mkdtemp(prefix="bench-spread-"))
+    args = cli_args(
+        "topologies.sales_aggregation:build_topology",
+        broker.bootstrap,
+        f"spread-{run_id}",
+        tmp / "state",
+        guarantee="exactly_once_v2",
+        available_now=False,
+        topology_args={"input_topic": input_topic, "output_topic": output_topic, "threshold": 0},
+        config={"state.snapshot.interval.ms": "0", "commit.interval.ms": "200"},
+        extra=[
+            "--epochs", "--epoch-interval", "5", "--state-dir-per-executor",
+            "--spark-conf", f"spark.executor.extraJavaOptions={marker}",
+            "--spark-conf", "spark.ui.enabled=true",
+            "--spark-conf", f"spark.ui.port={port}",
+            "--spark-conf", f"spark.locality.wait={locality_wait}",
+        ],
+    )  # fmt: skip
+    args[args.index("local[2]")] = MASTER
+    timeline: list[dict[str, Any]] = []
+    with CliRun(args, tmp / "run.log") as run:
+        deadline = time.monotonic() + 180
+        while True:
+            executors = _executors(port) or []
+            running = {e["id"]: e["activeTasks"] for e in executors if e["isActive"]}
+            if len(running) == 2 and sum(running.values()) == PARTITIONS:
+                break
+            if time.monotonic() > deadline or not run.is_alive():
+                raise RuntimeError(f"the 4 tasks never ran at once: {running}; {run.tail()}")
+            time.sleep(0.5)
+        before = dict(running)
+        busiest = max(sorted(before), key=lambda e: before[e])
+        # a standalone executor runs in its work directory .../work/<app>/<executor id>
+        (victim,) = [p for p in executor_pids(marker) if _cwd_name(p) == busiest]
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while (elapsed := time.monotonic() - killed_at) < observe_s:
+            executors = _executors(port) or []
+            live = {e["id"]: e["activeTasks"] for e in executors if e["isActive"]}
+            live.pop(busiest, None)
+            timeline.append({"t": round(elapsed, 1), "tasks": live})
+            time.sleep(0.5)
+        run.signal(signal.SIGTERM)
+        run.wait(120)
+    for app_dir in {d.parent for d in _executor_dirs(marker)}:
+        shutil.rmtree(app_dir, ignore_errors=True)
+    replacement_s = next((p["t"] for p in timeline if len(p["tasks"]) >= 2), None)
+    spread_s = None
+    for index, point in enumerate(timeline):
+        rest = timeline[index:]
+        if all(
+            len(p["tasks"]) >= 2
+            and sum(p["tasks"].values()) == PARTITIONS
+            and max(p["tasks"].values()) - min(p["tasks"].values()) <= 1
+            for p in rest
+        ):
+            spread_s = point["t"]
+            break
+    final = timeline[-1]["tasks"] if timeline else {}
+    return {
+        "locality_wait": locality_wait,
+        "before_kill": before,
+        "killed_executor": busiest,
+        "replacement_registered_s": replacement_s,
+        "spread_from_s": spread_s,
+        "final_tasks_per_executor": final,
+        "timeline": timeline[::4],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.executor_spread")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--observe-s", type=float, default=120.0)
+    args = parser.parse_args()
+    loadavg_at_start = list(os.getloadavg())
+    broker = Broker.start()
+    runs = []
+    try:
+        for rep in range(args.reps):
+            names = list(CONTENDERS) if rep % 2 == 0 else list(reversed(CONTENDERS))
+            for name in names:
+                result = _one_run(broker, CONTENDERS[name], args.observe_s)
+                result.update(contender=name, rep=rep)
+                log(
+                    f"rep {rep + 1}/{args.reps} {name}: before {result['before_kill']}, "
+                    f"replacement at {result['replacement_registered_s']} s, spread from "
+                    f"{result['spread_from_s']} s, final {result['final_tasks_per_executor']}"
+                )
+                runs.append(result)
+    finally:
+        broker.stop()
+    write_result(
+        "executor-spread",
+        {
+            "command": "python -m bench.executor_spread " + " ".join(sys.argv[1:]),
+            "master": MASTER,
+            "partitions": PARTITIONS,
+            "runs": runs,
+            "loadavg_at_start": loadavg_at_start,
+            "loadavg_at_end": list(os.getloadavg()),
+            "machine": machine_info(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
