@@ -1201,6 +1201,91 @@ def epochs_section(targets: Targets) -> list[str]:
     return _notes(NOTES_EPOCHS)
 
 
+def snapshots_section(targets: Targets) -> list[str]:
+    """Warm restore from snapshots, their cost, executor loss and spread (issue 22's targets)."""
+    out = ["## Snapshots and executor loss", ""]
+    warm = _read("warm-restore")
+    if warm:
+        out += [
+            f"Ready after losing local state (`{warm['command']}`; medians of "
+            f"{warm['sizes'][0]['summary']['full replay']['seconds']['n']} alternating runs):",
+            "",
+            "| keys | snapshot | snapshot + tail (s) | full replay (s) | tail records |",
+            "|---|---|---|---|---|",
+        ]
+        for size in warm["sizes"]:
+            warm_s = size["summary"]["snapshot + tail"]["seconds"]["median"]
+            cold_s = size["summary"]["full replay"]["seconds"]["median"]
+            out.append(
+                f"| {size['entries']:,} | {size['snapshot_bytes'] / 1e6:.1f} MB | {warm_s:.3f} | "
+                f"{cold_s:.3f} | {size['tail']:,} |"
+            )
+            targets.append(
+                {
+                    "target": f"restore of {size['entries']:,} keys from a snapshot <= 3 s",
+                    "measured": f"{warm_s:.3f} s",
+                    "met": warm_s <= 3.0,
+                }
+            )
+        out.append("")
+    cost = _read("snapshot-cost")
+    if cost:
+        out += [
+            f"Snapshot cost (`{cost['command']}`): {cost['median_records_per_s_with']:,} records/s "
+            f"with snapshots every {cost['interval_ms']} ms against "
+            f"{cost['median_records_per_s_without']:,} without "
+            f"({cost['cost_fraction']:.1%}).",
+            "",
+        ]
+        targets.append(
+            {
+                "target": "snapshots cost <= 5% of steady-state throughput",
+                "measured": f"{cost['cost_fraction']:.1%}",
+                "met": cost["cost_fraction"] <= 0.05,
+            }
+        )
+    loss = _read("executor-loss")
+    if loss:
+        first = loss["first_outputs_after_kill_s"]
+        out += [
+            f"Executor killed on `{loss['master']}` (`{loss['command']}`): outputs on every "
+            f"partition {first['median']} s after the kill (median of {first['n']}; "
+            f"{first['min']}-{first['max']} s), exact in every run: {loss['all_exact']}.",
+            "",
+        ]
+        targets.append(
+            {
+                "target": "first output of a moved task <= 15 s after an executor kill",
+                "measured": f"{first['median']} s",
+                "met": first["median"] <= 15,
+            }
+        )
+    spread = _read("executor-spread")
+    if spread:
+        out += [f"Tasks per executor after a loss on `{spread['master']}`:", ""]
+        for run in spread["runs"]:
+            out.append(
+                f"- {run['contender']}: before {run['before_kill']}, replacement at "
+                f"{run['replacement_registered_s']} s, final {run['final_tasks_per_executor']}, "
+                + (
+                    "never spread again in the time observed"
+                    if run["spread_from_s"] is None
+                    else f"spread from {run['spread_from_s']} s"
+                )
+            )
+        spread_ok = all(r["spread_from_s"] is not None and r["spread_from_s"] <= 120
+                        for r in spread["runs"])  # fmt: skip
+        targets.append(
+            {
+                "target": "tasks spread over the executors within 2 minutes of a replacement",
+                "measured": "never" if not spread_ok else "yes",
+                "met": spread_ok,
+            }
+        )
+        out.append("")
+    return out
+
+
 #: Section name -> renderer, for ``python -m bench.report SECTION``.
 SECTIONS: dict[str, Callable[[Targets], list[str]]] = {
     "window-store": window_store_section,
@@ -1214,6 +1299,7 @@ SECTIONS: dict[str, Callable[[Targets], list[str]]] = {
     "profiles": profiles_section,
     "registry-serdes-ttl-store": serdes_ttl_section,
     "epochs": epochs_section,
+    "snapshots": snapshots_section,
 }
 FIRST_ROUND = ("throughput", "punctuation", "restore", "prototypes", "profiles")
 
@@ -1246,6 +1332,9 @@ def write_report() -> Path:
         out += ["## Machine", ""] + _machine_table(machine) + [""]
     out += body
     out += ["", *serdes_ttl_section([]), *epochs_section([])]
+    snapshot_targets: Targets = []
+    out += ["", *snapshots_section(snapshot_targets)]
+    out += _targets_table("target", snapshot_targets)
     path = OUTPUT_DIR / "RESULTS.md"
     path.write_text("\n".join(out).rstrip("\n") + "\n")
     log(f"wrote {path}")
