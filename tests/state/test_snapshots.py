@@ -376,3 +376,32 @@ def test_snapshots_are_off_without_a_location_or_below_zero():
     assert settings_from_config(StreamsConfig.from_dict(off)) is None
     on = settings_from_config(StreamsConfig.from_dict({"state.snapshot.location": "/tmp/x"}))
     assert on is not None and on.interval_ms == 60_000 and on.retained == 2
+
+
+def test_the_restore_listener_sees_a_restore_start_at_the_snapshot(tmp_path):
+    from processor_api import StateRestoreListener
+
+    class Recorder(StateRestoreListener):
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+
+        def on_restore_start(self, topic_partition, store_name, start_offset, end_offset):
+            self.calls.append(("start", store_name, start_offset, end_offset))
+
+        def on_batch_restored(self, topic_partition, store_name, batch_end_offset, num_restored):
+            self.calls.append(("batch", store_name, batch_end_offset, num_restored))
+
+        def on_restore_end(self, topic_partition, store_name, total_restored):
+            self.calls.append(("end", store_name, total_restored))
+
+    location = tmp_path / "snapshots"
+    builder, app, changelog, _, _, snapshot_offset, end = _run_two_commits(
+        tmp_path, "key-value", _settings(location)
+    )
+    stores = _task_stores(tmp_path / "warm", builder, app, _settings(location))
+    stores.build(builder, lambda: 5)
+    listener = Recorder()
+    stores.restore({builder.name: end}, changelog.reader, listener)
+    stores.close()
+    assert listener.calls[0] == ("start", builder.name, snapshot_offset, end)
+    assert listener.calls[-1] == ("end", builder.name, end - snapshot_offset)
