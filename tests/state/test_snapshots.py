@@ -405,3 +405,28 @@ def test_the_restore_listener_sees_a_restore_start_at_the_snapshot(tmp_path):
     stores.close()
     assert listener.calls[0] == ("start", builder.name, snapshot_offset, end)
     assert listener.calls[-1] == ("end", builder.name, end - snapshot_offset)
+
+
+def test_a_store_that_outlived_its_process_is_not_uploaded_again(tmp_path):
+    """The uploader's memory is per process; the newest manifest's checksums stand in."""
+    from processor_api.state.snapshot_files import UploadedFiles
+
+    location = tmp_path / "snapshots"
+    builder = _key_value("rocksdb")
+    stores = _task_stores(tmp_path / "t", builder, "app-again", _settings(location, retained=5))
+    stack = stores.build(builder, lambda: 5)
+    changelog = Changelog()
+    for i in range(20_000):
+        stack.store.put(f"key-{i:06d}", i)
+    stores.commit({builder.name: changelog.append(flushed_changes(stack))})
+    _idle()
+    root = str(location / "0_0" / builder.name)
+    UPLOADER._uploaded[root] = UploadedFiles()  # as in a new process
+    stack.store.put("one-more", 1)
+    stores.commit({builder.name: changelog.append(flushed_changes(stack))})
+    _idle()
+    stores.close()
+    newest, older = [m for _, m in _store_dir(location, builder.name).manifests()]
+    assert newest is not None and older is not None
+    big = max(older.files, key=lambda f: f.size)
+    assert big.object in {f.object for f in newest.files}  # named again, not sent again
