@@ -49,8 +49,14 @@ pytestmark = pytest.mark.integration
         ("exactly_once_v2", ["mid_batch", "between_batches", "state_dir_deleted", "restore"], 3.0),
         # a mid-batch kill no longer leaves a store to rebuild (tasks that finished the batch
         # wrote their commit marker and adopt it on restart), so the state dir is deleted to
-        # make the next start restore every store, and that restore is killed
-        ("at_least_once", ["mid_batch", "state_dir_deleted", "restore"], 0.0),
+        # make the next start restore every store, and that restore is killed; make test-slow
+        # (the exactly-once case above keeps kill -9 in make test within its time)
+        pytest.param(
+            "at_least_once",
+            ["mid_batch", "state_dir_deleted", "restore"],
+            0.0,
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_kill_9_and_restart_matches_the_reference_fold(kafka, tmp_path, guarantee, kills, pause_ms):
@@ -102,12 +108,14 @@ def test_kill_9_and_restart_matches_the_reference_fold(kafka, tmp_path, guarante
             5.0,
             100,
         ),
-        # commits every 300 ms, so that a run makes several and the kills fall between them
-        (
+        # commits every 300 ms, so that a run makes several and the kills fall between them;
+        # make test-slow, as the micro-batch at_least_once case
+        pytest.param(
             "at_least_once",
             ["mid_batch", "between_batches", "state_dir_deleted", "restore"],
             2.0,
             300,
+            marks=pytest.mark.slow,
         ),
     ],
 )
