@@ -25,12 +25,6 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     from tests.harness.executor_loss import run_executor_loss
-    from tests.harness.folds import (
-        compare,
-        expected_notifications,
-        fold_totals,
-        notifications_by_product,
-    )
     from tests.integration.test_local_cluster import _executor_dirs
 
     loadavg_at_start = list(os.getloadavg())
@@ -39,14 +33,7 @@ def main() -> None:
     try:
         for rep in range(args.reps):
             loss = run_executor_loss(broker._kafka, Path(tempfile.mkdtemp()), _executor_dirs)
-            comparison = compare(
-                expected_notifications(loss.sales, threshold=0),
-                notifications_by_product(loss.committed),
-                "exactly_once_v2",
-                fold_totals(loss.sales),
-                loss.store,
-                threshold=0,
-            )
+            comparison = loss.comparison()
             run = {
                 "rep": rep,
                 "first_outputs_after_kill_s": round(loss.first_outputs_after_kill_s, 2),

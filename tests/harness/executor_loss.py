@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from processor_api.store_queries import open_store_reader
-from tests.harness.folds import Sale, make_sales, produce_sales
+from tests.harness.folds import (
+    Comparison,
+    Sale,
+    compare,
+    expected_notifications,
+    fold_totals,
+    make_sales,
+    notifications_by_product,
+    produce_sales,
+)
 from tests.harness.processes import CliRun, cli_args
 from tests.harness.topics import TopicRecord, committed_records, uid
 
@@ -44,6 +53,17 @@ class ExecutorLoss:
     complete_after_kill_s: float
     #: executor log lines of restores that started from a snapshot
     restores_from_snapshots: list[str]
+
+    def comparison(self) -> Comparison:
+        """The committed notifications and final stores against the reference fold."""
+        return compare(
+            expected_notifications(self.sales, threshold=0),
+            notifications_by_product(self.committed),
+            "exactly_once_v2",
+            fold_totals(self.sales),
+            self.store,
+            threshold=0,
+        )
 
 
 class ExecutorLossFailed(AssertionError):

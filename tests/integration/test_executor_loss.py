@@ -8,12 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.executor_loss import run_executor_loss
-from tests.harness.folds import (
-    compare,
-    expected_notifications,
-    fold_totals,
-    notifications_by_product,
-)
+from tests.harness.folds import fold_totals
 from tests.integration.test_local_cluster import _executor_dirs
 
 pytestmark = pytest.mark.integration
@@ -21,14 +16,7 @@ pytestmark = pytest.mark.integration
 
 def test_an_executor_killed_mid_run_loses_and_doubles_nothing(kafka, tmp_path):
     loss = run_executor_loss(kafka, tmp_path, _executor_dirs)
-    comparison = compare(
-        expected_notifications(loss.sales, threshold=0),
-        notifications_by_product(loss.committed),
-        "exactly_once_v2",
-        fold_totals(loss.sales),
-        loss.store,
-        threshold=0,
-    )
+    comparison = loss.comparison()
     assert comparison.equal and comparison.seen == comparison.expected, comparison
     assert comparison.totals_equal, (loss.store, fold_totals(loss.sales))
     assert loss.restores_from_snapshots, "no moved task restored from a snapshot"

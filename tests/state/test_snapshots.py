@@ -168,16 +168,22 @@ def test_a_restored_store_keeps_committing_and_snapshotting(tmp_path):
     again.close()
 
 
-def test_a_second_snapshot_uploads_only_what_changed(tmp_path):
-    location = tmp_path / "snapshots"
+def _big_store_snapshotted(tmp_path: Path, location: Path):
+    """A 20,000-key store, committed once and snapshotted (its SST files uploaded)."""
     builder = _key_value("rocksdb")
-    stores = _task_stores(tmp_path / "t", builder, "app-inc", _settings(location, retained=5))
+    stores = _task_stores(tmp_path / "t", builder, "app-big", _settings(location, retained=5))
     stack = stores.build(builder, lambda: 5)
     changelog = Changelog()
     for i in range(20_000):
         stack.store.put(f"key-{i:06d}", i)
     stores.commit({builder.name: changelog.append(flushed_changes(stack))})
     _idle()
+    return builder, stores, stack, changelog
+
+
+def test_a_second_snapshot_uploads_only_what_changed(tmp_path):
+    location = tmp_path / "snapshots"
+    builder, stores, stack, changelog = _big_store_snapshotted(tmp_path, location)
     stack.store.put("one-more", 1)
     stores.commit({builder.name: changelog.append(flushed_changes(stack))})
     _idle()
@@ -412,14 +418,7 @@ def test_a_store_that_outlived_its_process_is_not_uploaded_again(tmp_path):
     from processor_api.state.snapshot_files import UploadedFiles
 
     location = tmp_path / "snapshots"
-    builder = _key_value("rocksdb")
-    stores = _task_stores(tmp_path / "t", builder, "app-again", _settings(location, retained=5))
-    stack = stores.build(builder, lambda: 5)
-    changelog = Changelog()
-    for i in range(20_000):
-        stack.store.put(f"key-{i:06d}", i)
-    stores.commit({builder.name: changelog.append(flushed_changes(stack))})
-    _idle()
+    builder, stores, stack, changelog = _big_store_snapshotted(tmp_path, location)
     root = str(location / "0_0" / builder.name)
     UPLOADER._uploaded[root] = UploadedFiles()  # as in a new process
     stack.store.put("one-more", 1)
