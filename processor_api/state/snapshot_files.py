@@ -37,6 +37,8 @@ _CHUNK_BYTES = 1024 * 1024  # what one copy step holds in memory
 #: Unreferenced objects younger than this are left alone when pruning: another host (an old
 #: owner of the task still uploading) may be about to name them in a manifest.
 DEFAULT_PRUNE_GRACE_S = 600.0
+#: How often a long download reports how far it got.
+PROGRESS_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -203,10 +205,24 @@ class StoreSnapshotDir:
         with self.fs.open_input_stream(self._path(relative)) as stream:
             return stream.read().decode("utf-8")
 
-    def download(self, manifest: SnapshotManifest, target: Path) -> None:
+    def download(
+        self,
+        manifest: SnapshotManifest,
+        target: Path,
+        on_progress: Callable[[int, int], None] | None = None,
+        progress_every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
         """Write the snapshot's files into the new directory ``target``; a file that is missing,
-        of another size or another checksum is a :class:`StoreError` naming it."""
+        of another size or another checksum is a :class:`StoreError` naming it.
+
+        ``on_progress(bytes done, bytes in all)`` is called every ``progress_every_s`` while
+        the download lasts. A stalled connection ends the download with an error: the object
+        stores' clients abort a request that moves nothing for a few seconds.
+        """
         target.mkdir(parents=True)
+        total = manifest.total_bytes
+        done = 0
+        next_report = time.monotonic() + progress_every_s
         for entry in manifest.files:
             digest = hashlib.sha256()
             size = 0
@@ -219,6 +235,10 @@ class StoreSnapshotDir:
                         digest.update(chunk)
                         size += len(chunk)
                         sink.write(chunk)
+                        done += len(chunk)
+                        if on_progress is not None and time.monotonic() >= next_report:
+                            on_progress(done, total)
+                            next_report = time.monotonic() + progress_every_s
             except (OSError, FileNotFoundError) as exc:
                 raise StoreError(f"snapshot file {entry.object} cannot be read: {exc}") from exc
             if size != entry.size or digest.hexdigest() != entry.sha256:

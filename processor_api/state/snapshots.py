@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -274,7 +275,11 @@ class TaskSnapshots:
                 reason = "it was made for another store (identity differs)"
             else:
                 try:
-                    directory.download(manifest, target)
+                    directory.download(
+                        manifest,
+                        target,
+                        on_progress=partial(self._download_progress, store, manifest.offset),
+                    )
                 except (StoreError, OSError) as exc:
                     reason = str(exc)
             if reason is None and manifest is not None:
@@ -293,6 +298,15 @@ class TaskSnapshots:
                 detail="an older snapshot is tried, else the store is replayed from its changelog",
             )
         return None
+
+    def _download_progress(self, store: str, offset: int, done: int, total: int) -> None:
+        self._log.info(
+            "snapshot_download_progress",
+            store=store,
+            offset=offset,
+            downloaded_bytes=done,
+            total_bytes=total,
+        )
 
 
 def _comparable(identity: dict[str, Any]) -> dict[str, Any]:

@@ -429,3 +429,22 @@ def test_a_store_that_outlived_its_process_is_not_uploaded_again(tmp_path):
     assert newest is not None and older is not None
     big = max(older.files, key=lambda f: f.size)
     assert big.object in {f.object for f in newest.files}  # named again, not sent again
+
+
+def test_a_download_reports_its_progress(tmp_path):
+    location = tmp_path / "snapshots"
+    builder, _, _ = _two_snapshots(tmp_path, location)
+    directory = _store_dir(location, builder.name)
+    newest = directory.manifests()[0][1]
+    assert newest is not None
+    reports: list[tuple[int, int]] = []
+    directory.download(
+        newest,
+        tmp_path / "downloaded",
+        on_progress=lambda done, total: reports.append((done, total)),
+        progress_every_s=0.0,
+    )
+    assert reports, "no progress was reported"
+    done = [d for d, _ in reports]
+    assert done == sorted(done) and done[-1] == newest.total_bytes
+    assert {total for _, total in reports} == {newest.total_bytes}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
+from structlog.testing import capture_logs
 
 from processor_api.config import StreamsConfig
 from processor_api.state.manager import TaskStores
@@ -123,3 +124,60 @@ def test_snapshots_round_trip_through_an_s3_server(tmp_path, s3_endpoint):
     assert changelog.reads == []  # all from the object store
     assert list(second.stacks[builder.name].store.all()) == expected
     second.close()
+
+
+def test_an_object_store_that_never_answers_means_a_replay_not_a_hang(tmp_path):
+    """An endpoint that accepts connections and never replies (a hung proxy, a black-holed
+    route): the S3 client gives up after a few seconds and the store replays its changelog."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        settings = settings_from_config(
+            StreamsConfig.from_dict(
+                {
+                    "state.snapshot.location": f"s3://{BUCKET}/app-silent",
+                    "state.snapshot.filesystem.options": json.dumps(_options(endpoint)),
+                }
+            )
+        )
+        assert settings is not None
+        builder = _key_value("rocksdb")
+        changelog = Changelog()
+        written = TaskStores(
+            application_id="app-silent",
+            task_id="0_0",
+            partition=0,
+            directory=tmp_path / "written",
+            builders={builder.name: builder},
+            changelog_topics={builder.name: "app-silent-kv-changelog"},
+            timestamp_fn=lambda: 5,
+        )
+        stack = written.build(builder, lambda: 5)
+        for i in range(100):
+            stack.store.put(f"k{i}", i)
+        end = changelog.append(flushed_changes(stack))
+        expected = list(stack.store.all())
+        written.close()
+
+        restored = TaskStores(
+            application_id="app-silent",
+            task_id="0_0",
+            partition=0,
+            directory=tmp_path / "restored",
+            builders={builder.name: builder},
+            changelog_topics={builder.name: "app-silent-kv-changelog"},
+            timestamp_fn=lambda: 5,
+            snapshots=TaskSnapshots(
+                settings, task_id="0_0", partition=0, directory=tmp_path / "restored"
+            ),
+        )
+        restored.build(builder, lambda: 5)
+        with capture_logs() as logs:
+            restored.restore({builder.name: end}, changelog.reader)
+        assert list(restored.stacks[builder.name].store.all()) == expected
+        restored.close()
+    assert changelog.reads == [(0, end)]
+    (warning,) = [e for e in logs if e["event"] == "snapshot_unusable"]
+    assert "cannot list the snapshots" in warning["reason"]
+    assert warning["location"] == f"{BUCKET}/app-silent/0_0/kv"
