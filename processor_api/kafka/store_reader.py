@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from processor_api.errors import ConfigError, MissingTopicError, StreamsError
 from processor_api.kafka.admin import topic_partitions
@@ -304,7 +304,7 @@ def _read_from_snapshot(
         )
         stores.build(builder, lambda: 0)
         try:
-            replayed = stores.restore({builder.name: end}, _tail_reader(location))
+            replayed = stores.restore({builder.name: end}, _changelog_reader(location))
             _log.info(
                 "store_partition_read",
                 store=location.store,
@@ -321,8 +321,9 @@ def _read_from_snapshot(
             stores.close()
 
 
-def _tail_reader(location: StoreLocation) -> Callable[..., int]:
-    """A ``TaskStores`` changelog reader over this location's broker, ``read_committed``."""
+def _changelog_reader(location: StoreLocation) -> Callable[..., int]:
+    """Reads a changelog range over this location's broker, ``read_committed``: the shape of
+    ``TaskStores``' changelog reader, so a snapshot's tail and a full replay read alike."""
 
     def read(
         topic: str,
@@ -338,7 +339,7 @@ def _tail_reader(location: StoreLocation) -> Callable[..., int]:
             location.bootstrap_servers,
             "read-store",
             isolation_level="read_committed",
-            fail_on_data_loss=False,
+            fail_on_data_loss=False,  # compaction and retention remove a changelog's first offsets
             fetch=LARGE_FETCH,
             kafka=location.kafka,
         ) as reader:
@@ -380,22 +381,14 @@ def _replay(
     write: Callable[[list[Any]], None] = (
         inner.put_all if isinstance(inner, _Fold) else builder.restore_writer(inner)
     )
-    versions = builder.changelog_has_versions
-    count = 0
-    with PartitionReader(
-        location.bootstrap_servers,
-        "read-store",
-        isolation_level="read_committed",
-        fail_on_data_loss=False,  # compaction and retention remove a changelog's first offsets
-        fetch=LARGE_FETCH,
-        kafka=location.kafka,
-    ) as reader:
-        for messages in reader.read(location.changelog_topic, partition, 0, end):
-            if versions:
-                write([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
-            else:
-                write([(cast(bytes, m.key()), m.value()) for m in messages])  # keyed records
-            count += len(messages)
+    count = _changelog_reader(location)(
+        location.changelog_topic,
+        partition,
+        0,
+        end,
+        write,
+        with_timestamps=builder.changelog_has_versions,
+    )
     _log.debug(
         "store_partition_read",
         store=location.store,

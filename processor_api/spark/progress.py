@@ -146,23 +146,3 @@ def log_batch_timings(query: Any) -> None:
             input_rows=progress.get("numInputRows"),
             **{f"{name}_ms": value for name, value in sorted(durations.items())},
         )
-
-
-def source_positions(query: Any) -> dict[tuple[str, int], int]:
-    """Per topic-partition, the offset the Kafka source has read up to (last progress)."""
-    positions: dict[tuple[str, int], int] = {}
-    for progress in query.recentProgress or []:
-        for source in progress.get("sources", []):
-            try:
-                end = json.loads(source.get("endOffset") or "null")
-            except (TypeError, ValueError):
-                continue
-            if not isinstance(end, dict) or "emitted" in end:
-                continue
-            for topic, partitions in end.items():
-                if not isinstance(partitions, dict):
-                    continue
-                for partition, offset in partitions.items():
-                    key = (topic, int(partition))
-                    positions[key] = max(positions.get(key, 0), int(offset))
-    return positions

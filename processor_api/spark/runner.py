@@ -28,6 +28,7 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
+from processor_api.kafka.backlog import PartitionBacklog, group_backlog, wait_until_readable
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic, metrics_topic
@@ -38,7 +39,7 @@ from processor_api.runtime.executor_dirs import state_dirs_here
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.spark.failures import query_failed
-from processor_api.spark.progress import Progress, log_batch_timings, observed, source_positions
+from processor_api.spark.progress import Progress, log_batch_timings, observed
 from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
 from processor_api.spark.session import build_spark_session
 from processor_api.spark.settings import STOP_GRACE_S, RunResult, RunSettings
@@ -49,6 +50,9 @@ from processor_api.topology import Topology
 _log = get_logger("processor_api.runner")
 
 MAX_AVAILABLE_NOW_PASSES = 20
+#: How long an available-now run waits for repartition records past an open transaction: a
+#: broker aborts a transaction whose producer is gone after the transaction timeout (60 s).
+OPEN_TRANSACTION_WAIT_S = 90.0
 
 __all__ = ["RunResult", "RunSettings", "TopologyRunner", "build_spark_session", "run_topology"]
 
@@ -523,13 +527,34 @@ class TopologyRunner:
             if self._stop_requested.is_set():
                 return
             log_batch_timings(query)
-            backlog = self._repartition_backlog(query)
-            _log.info("available_now_pass_done", run_pass=attempt, repartition_backlog=backlog)
-            if backlog == 0:
+            backlog = self._repartition_backlog()
+            _log.info(
+                "available_now_pass_done",
+                run_pass=attempt,
+                repartition_backlog=sum(b.records for b in backlog),
+            )
+            if backlog and not any(b.readable for b in backlog):
+                # only records of transactions still open: a next pass would plan nothing
+                backlog = wait_until_readable(
+                    self.settings.bootstrap_servers,
+                    self.config.application_id,
+                    backlog,
+                    OPEN_TRANSACTION_WAIT_S,
+                    kafka=self.kafka,
+                )
+                if backlog and not any(b.readable for b in backlog):
+                    raise StreamsError(
+                        f"repartition topics have records past transactions that stayed open "
+                        f"{OPEN_TRANSACTION_WAIT_S:g}s after every task committed, so no "
+                        f"read_committed reader gets to them: "
+                        + "; ".join(b.describe() for b in backlog)
+                    )
+            if not backlog:
                 return
         raise StreamsError(
             f"repartition topics still had unprocessed records after "
-            f"{MAX_AVAILABLE_NOW_PASSES} available-now passes"
+            f"{MAX_AVAILABLE_NOW_PASSES} available-now passes: "
+            + "; ".join(b.describe() for b in backlog)
         )
 
     def _repartition_ends(self) -> dict[tuple[str, int], int]:
@@ -544,23 +569,17 @@ class TopologyRunner:
             kafka=self.kafka,
         )
 
-    def _repartition_backlog(self, query: Any) -> int:
-        """Records in repartition topics beyond what the tasks have read."""
+    def _repartition_backlog(self) -> list[PartitionBacklog]:
+        """Repartition partitions the tasks have not read to their end: the group's committed
+        offsets (both runtimes commit them with every task commit) against the end offsets."""
         assert self.plan is not None
-        internal = [(t, p) for t, n in self.plan.internal.items() for p in range(n)]
-        if not internal:
-            return 0
-        if self.settings.epochs:  # the tasks commit how far they read to the group
-            read = committed_offsets(
-                self.settings.bootstrap_servers,
-                self.config.application_id,
-                internal,
-                kafka=self.kafka,
-            )
-        else:
-            read = source_positions(query)
-        ends = end_offsets(self.settings.bootstrap_servers, internal, kafka=self.kafka)
-        return sum(max(0, end - read.get(tp, 0)) for tp, end in ends.items())
+        return group_backlog(
+            self.settings.bootstrap_servers,
+            self.config.application_id,
+            [(t, p) for t, n in self.plan.internal.items() for p in range(n)],
+            self.config.processing_guarantee.isolation_level,
+            kafka=self.kafka,
+        )
 
     def _raise_if_failed(self, query: Any) -> None:
         error = query.exception()
