@@ -40,6 +40,7 @@ from processor_api.kafka.delivery import DeliveryFailureHandler
 from processor_api.kafka.group import GroupCommitter, committed_offsets, to_topic_partitions
 from processor_api.kafka.names import commit_marker_topic, transactional_id
 from processor_api.kafka.producer import DEFAULT_MESSAGE_TIMEOUT_MS, DeliveryTracker, make_producer
+from processor_api.kafka.transaction_ends import ends_one_at_a_time, one_at_a_time
 from processor_api.kafka.transactions import (
     CommitMarker,
     TransactionalProducers,
@@ -410,6 +411,8 @@ class ExactlyOnce:
             message_timeout_ms=settings.message_timeout_ms,
         )
         self._in_transaction = False
+        self._kafka = settings.kafka
+        self._ends_one_at_a_time: bool | None = None  # asked at the first commit
         self._log = get_logger("processor_api.guarantee", task=settings.task_id)
 
     @property
@@ -470,7 +473,7 @@ class ExactlyOnce:
             )
         self._transaction_call(
             "commit_transaction",
-            lambda timeout_s: tracker.producer.commit_transaction(timeout_s),
+            lambda timeout_s: self._end(lambda: tracker.producer.commit_transaction(timeout_s)),
         )
         self._in_transaction = False
         return replace(marked, commit=replace(marked.commit, marker_end=marker_end))
@@ -493,6 +496,16 @@ class ExactlyOnce:
             step_s=COMMIT_STEP_S,
         )
 
+    def _end(self, call: Callable[[], None]) -> None:
+        """A commit or abort; against Tansu one at a time per machine (see
+        ``kafka/transaction_ends.py``)."""
+        if self._ends_one_at_a_time is None:
+            self._ends_one_at_a_time = ends_one_at_a_time(self._bootstrap, self._kafka)
+        if self._ends_one_at_a_time:
+            one_at_a_time(self._bootstrap, call)
+        else:
+            call()
+
     def abandon(self) -> None:
         if self._in_transaction:
             self._in_transaction = False
@@ -501,7 +514,7 @@ class ExactlyOnce:
             tracker = self._producers.cached(self._task_id)
             try:
                 if tracker is not None:
-                    tracker.producer.abort_transaction(10)
+                    self._end(lambda: tracker.producer.abort_transaction(10))
             except Exception as exc:  # noqa: BLE001 - fenced or broker gone: it aborts later
                 self._log.info("transaction_abort_failed", error=str(exc))
         self._producers.drop(self._task_id)
