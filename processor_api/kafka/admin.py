@@ -101,9 +101,18 @@ def client_config(
 
 
 class _Admin(NamedTuple):
+    """An admin client and its logger; a context manager that closes the client on exit, so
+    its handle is never left to the garbage collector (which may run on a librdkafka thread)."""
+
     client: AdminClient
     logger: LibrdkafkaLogger
     settings: str  # the user's settings, secrets masked, for error messages
+
+    def __enter__(self) -> _Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.__exit__(None, None, None)
 
 
 def _admin(bootstrap_servers: str, kafka: KafkaClientConfig | None = None) -> _Admin:
@@ -150,7 +159,8 @@ def check_broker(
     authentication) and the client settings in use (secrets masked).
     """
     started = time.monotonic()
-    metadata = _metadata(_admin(bootstrap_servers, kafka), bootstrap_servers, timeout_s)
+    with _admin(bootstrap_servers, kafka) as admin:
+        metadata = _metadata(admin, bootstrap_servers, timeout_s)
     if not metadata.brokers:
         raise BrokerUnavailableError(
             f"the Kafka cluster at {bootstrap_servers} answered but reported no brokers"
@@ -187,9 +197,8 @@ def topic_partitions(
     ``BrokerUnavailableError`` when no broker answers within ``timeout_s``.
     """
     wanted = list(dict.fromkeys(topics))
-    counts = _partition_counts(
-        _metadata(_admin(bootstrap_servers, kafka), bootstrap_servers, timeout_s)
-    )
+    with _admin(bootstrap_servers, kafka) as admin:
+        counts = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
     missing = tuple(name for name in wanted if name not in counts)
     if missing:
         raise MissingTopicError(
@@ -246,8 +255,11 @@ def wait_for_topics(
     kafka: KafkaClientConfig | None = None,
 ) -> None:
     """Wait until metadata shows every topic with all its partitions led by a broker."""
+    if admin is None:
+        with _admin(bootstrap_servers, kafka) as own:
+            wait_for_topics(bootstrap_servers, specs, timeout_s, own)
+        return
     pending = [_as_spec(s) for s in specs]
-    admin = admin or _admin(bootstrap_servers, kafka)
     deadline = time.monotonic() + timeout_s
     while True:
         metadata = _metadata(admin, bootstrap_servers, max(0.5, deadline - time.monotonic()))
@@ -279,48 +291,48 @@ def create_topics(
     With ``exist_ok`` an existing topic is accepted if its partition count matches, otherwise it
     is an error naming the topic. Waits until all the topics are usable.
     """
-    wanted = [_as_spec(s) for s in specs]
-    admin = _admin(bootstrap_servers, kafka)
-    existing = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
-    present = [s for s in wanted if s.name in existing]
-    if present and not exist_ok:
-        raise StreamsError(
-            f"topic(s) {', '.join(repr(s.name) for s in present)} already exist "
-            f"on {bootstrap_servers}"
-        )
-    _check_counts(present, existing, bootstrap_servers)
-    to_create = [s for s in wanted if s.name not in existing]
-    created: list[str] = []
-    if to_create:
-        futures = admin.client.create_topics(
-            [
-                NewTopic(
-                    s.name,
-                    num_partitions=s.partitions,
-                    replication_factor=replication_factor,
-                    config=dict(s.config or {}),
-                )
-                for s in to_create
-            ],
-            request_timeout=timeout_s,
-        )
-        for name, future in futures.items():
-            try:
-                future.result()
-                created.append(name)
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if (
-                    exist_ok
-                    and isinstance(error, KafkaError)
-                    and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
-                ):
-                    continue  # created concurrently by someone else: checked below
-                reason = error.str() if isinstance(error, KafkaError) else str(exc)
-                raise StreamsError(
-                    f"could not create topic {name!r} on {bootstrap_servers}: {reason}"
-                ) from exc
-    wait_for_topics(bootstrap_servers, specs, timeout_s=timeout_s, admin=admin)
+    with _admin(bootstrap_servers, kafka) as admin:
+        wanted = [_as_spec(s) for s in specs]
+        existing = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
+        present = [s for s in wanted if s.name in existing]
+        if present and not exist_ok:
+            raise StreamsError(
+                f"topic(s) {', '.join(repr(s.name) for s in present)} already exist "
+                f"on {bootstrap_servers}"
+            )
+        _check_counts(present, existing, bootstrap_servers)
+        to_create = [s for s in wanted if s.name not in existing]
+        created: list[str] = []
+        if to_create:
+            futures = admin.client.create_topics(
+                [
+                    NewTopic(
+                        s.name,
+                        num_partitions=s.partitions,
+                        replication_factor=replication_factor,
+                        config=dict(s.config or {}),
+                    )
+                    for s in to_create
+                ],
+                request_timeout=timeout_s,
+            )
+            for name, future in futures.items():
+                try:
+                    future.result()
+                    created.append(name)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    if (
+                        exist_ok
+                        and isinstance(error, KafkaError)
+                        and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                    ):
+                        continue  # created concurrently by someone else: checked below
+                    reason = error.str() if isinstance(error, KafkaError) else str(exc)
+                    raise StreamsError(
+                        f"could not create topic {name!r} on {bootstrap_servers}: {reason}"
+                    ) from exc
+        wait_for_topics(bootstrap_servers, wanted, timeout_s=timeout_s, admin=admin)
     if created:
         _log.debug("topics_created", bootstrap_servers=bootstrap_servers, topics=created)
     return created

@@ -154,11 +154,11 @@ def beginning_offsets(
     if not keys:
         return {}
     _check_exist(bootstrap, keys, timeout_s, kafka)
-    admin = AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra))
-    futures = _list_offsets(
-        admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
-    )
-    return _results(futures, "earliest", bootstrap)
+    with AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra)) as admin:
+        futures = _list_offsets(
+            admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
+        )
+        return _results(futures, "earliest", bootstrap)
 
 
 def end_offsets(
@@ -190,21 +190,21 @@ def end_offsets(
     deadline = started + timeout_s
     _check_exist(bootstrap, keys, timeout_s, kafka)
 
-    admin = AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra))
-    rounds = {
-        "earliest": _list_offsets(
-            admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
-        ),
-        "latest": _list_offsets(
-            admin, keys, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
-        ),
-    }
     committed = isolation_level == "read_committed"
-    if committed:
-        rounds["latest, read_committed"] = _list_offsets(
-            admin, keys, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout_s
-        )
-    listed = {what: _results(futures, what, bootstrap) for what, futures in rounds.items()}
+    with AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra)) as admin:
+        rounds = {
+            "earliest": _list_offsets(
+                admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
+            ),
+            "latest": _list_offsets(
+                admin, keys, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
+            ),
+        }
+        if committed:
+            rounds["latest, read_committed"] = _list_offsets(
+                admin, keys, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout_s
+            )
+        listed = {what: _results(futures, what, bootstrap) for what, futures in rounds.items()}
     earliest, latest = listed["earliest"], listed["latest"]
 
     ends: dict[PartitionKey, int] = {}

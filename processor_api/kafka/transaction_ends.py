@@ -53,11 +53,10 @@ def ends_one_at_a_time(bootstrap_servers: str, kafka: KafkaClientConfig | None =
     known = _serialised.get(bootstrap_servers)
     if known is not None:
         return known
-    admin = AdminClient(client_config(bootstrap_servers, "cluster-id", kafka=kafka))
     try:
-        cluster_id = (
-            admin.describe_cluster(request_timeout=CLUSTER_ID_TIMEOUT_S).result().cluster_id
-        )
+        with AdminClient(client_config(bootstrap_servers, "cluster-id", kafka=kafka)) as admin:
+            described = admin.describe_cluster(request_timeout=CLUSTER_ID_TIMEOUT_S).result()
+        cluster_id = described.cluster_id
     except Exception as exc:  # noqa: BLE001 - unreachable now: decided on a later call
         _log.debug("cluster_id_unknown", bootstrap_servers=bootstrap_servers, error=str(exc))
         return False
