@@ -38,7 +38,7 @@ from processor_api.logging import get_logger
 from processor_api.runtime.executor_dirs import state_dirs_here
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
-from processor_api.spark.failures import query_failed
+from processor_api.spark.failures import query_failed, source_planner_died
 from processor_api.spark.progress import Progress, log_batch_timings, observed
 from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
 from processor_api.spark.session import build_spark_session
@@ -53,6 +53,8 @@ MAX_AVAILABLE_NOW_PASSES = 20
 #: How long an available-now run waits for repartition records past an open transaction: a
 #: broker aborts a transaction whose producer is gone after the transaction timeout (60 s).
 OPEN_TRANSACTION_WAIT_S = 90.0
+#: How often a query is started again after its source planner process died.
+MAX_PLANNER_RESTARTS = 3
 
 __all__ = ["RunResult", "RunSettings", "TopologyRunner", "build_spark_session", "run_topology"]
 
@@ -481,12 +483,45 @@ class TopologyRunner:
         return True, "the driver runs"
 
     def _run_continuous(self) -> None:
-        query = self.start()
-        while not self._await(query, 0.2):
-            if self._stop_requested.is_set():
-                self._graceful_stop()
-                break
-        self._raise_if_failed(query)
+        self._run_query(self.start)
+
+    def _run_query(self, start: Callable[[], Any]) -> Any:
+        """Start a query and wait until it ends (a stop request stops it gracefully).
+
+        A query that failed because its source planner process died (seen once under load: a
+        segmentation fault in that process) is started again from its checkpoint, at most
+        :data:`MAX_PLANNER_RESTARTS` times, with a warning each time.
+        """
+        restarts = 0
+        while True:
+            query = start()
+            try:
+                while not self._await(query, 0.2):
+                    if self._stop_requested.is_set():
+                        self._graceful_stop()
+                        break
+                self._raise_if_failed(query)
+                return query
+            except StreamsError as exc:
+                if not source_planner_died(exc):
+                    raise
+                if restarts >= MAX_PLANNER_RESTARTS:
+                    error = StreamsError(
+                        f"the streaming query failed: Spark's Python process that plans the "
+                        f"Kafka source's batches ended unexpectedly ({restarts + 1} times; "
+                        f"java.io.EOFException in PythonStreamingSourceRunner; its own output, "
+                        f"e.g. a crash, is in the Spark log)"
+                    )
+                    error.details = exc.details
+                    raise error from None
+                restarts += 1
+                _log.warning(
+                    "source_planner_died",
+                    restart=restarts,
+                    max_restarts=MAX_PLANNER_RESTARTS,
+                    detail="Spark's Python process that plans the Kafka source's batches "
+                    "ended; the query starts again from its checkpoint",
+                )
 
     @staticmethod
     def _await(query: Any, timeout_s: float) -> bool:
@@ -518,12 +553,7 @@ class TopologyRunner:
             bounds = dict(cap)
             if self.settings.epochs:  # this pass reads repartition topics up to their end now
                 bounds.update(self._repartition_ends())
-            query = self.start(end_offsets_cap=bounds, available_now=True)
-            while not self._await(query, 0.2):
-                if self._stop_requested.is_set():
-                    self._graceful_stop()
-                    break
-            self._raise_if_failed(query)
+            query = self._run_query(partial(self.start, end_offsets_cap=bounds, available_now=True))
             if self._stop_requested.is_set():
                 return
             log_batch_timings(query)
