@@ -47,19 +47,23 @@ def is_tansu(cluster_id: str | None) -> bool:
     return cluster_id is not None and "tansu" in cluster_id.lower()
 
 
-def ends_one_at_a_time(bootstrap_servers: str, kafka: KafkaClientConfig | None = None) -> bool:
-    """Whether transactions on this broker must end one at a time (asked once per process;
-    a broker that cannot be asked now is asked again next time)."""
+def ends_one_at_a_time(
+    bootstrap_servers: str,
+    kafka: KafkaClientConfig | None = None,
+    timeout_s: float = CLUSTER_ID_TIMEOUT_S,
+) -> bool | None:
+    """Whether transactions on this broker must end one at a time: asked once per process;
+    ``None`` when the broker cannot be asked now (asked again next time)."""
     known = _serialised.get(bootstrap_servers)
     if known is not None:
         return known
     try:
         with AdminClient(client_config(bootstrap_servers, "cluster-id", kafka=kafka)) as admin:
-            described = admin.describe_cluster(request_timeout=CLUSTER_ID_TIMEOUT_S).result()
+            described = admin.describe_cluster(request_timeout=timeout_s).result()
         cluster_id = described.cluster_id
     except Exception as exc:  # noqa: BLE001 - unreachable now: decided on a later call
         _log.debug("cluster_id_unknown", bootstrap_servers=bootstrap_servers, error=str(exc))
-        return False
+        return None
     _serialised[bootstrap_servers] = one_at_a_time = is_tansu(cluster_id)
     if one_at_a_time:
         _log.info(

@@ -53,6 +53,8 @@ from processor_api.logging import get_logger
 from processor_api.runtime.job import parse_task_id
 from processor_api.runtime.patience import Patience
 
+#: How long the first transaction of a guarantee may wait to learn whether the broker is Tansu.
+CLUSTER_ID_TIMEOUT_S = 2.0
 #: Offsets read from the end of a marker partition first when looking for an earlier marker.
 MARKER_TAIL = 64
 
@@ -412,7 +414,7 @@ class ExactlyOnce:
         )
         self._in_transaction = False
         self._kafka = settings.kafka
-        self._ends_one_at_a_time: bool | None = None  # asked at the first commit
+        self._ends_one_at_a_time: bool | None = None  # asked once the producer is ready
         self._log = get_logger("processor_api.guarantee", task=settings.task_id)
 
     @property
@@ -437,6 +439,10 @@ class ExactlyOnce:
 
     def begin(self) -> None:
         tracker = self.producer
+        if self._ends_one_at_a_time is None:  # init_transactions has just reached the broker
+            self._ends_one_at_a_time = ends_one_at_a_time(
+                self._bootstrap, self._kafka, timeout_s=CLUSTER_ID_TIMEOUT_S
+            )
         tracker.reset()
         transaction_step(
             "begin_transaction", self._txn_id, self._bootstrap, None,
@@ -499,8 +505,6 @@ class ExactlyOnce:
     def _end(self, call: Callable[[], None]) -> None:
         """A commit or abort; against Tansu one at a time per machine (see
         ``kafka/transaction_ends.py``)."""
-        if self._ends_one_at_a_time is None:
-            self._ends_one_at_a_time = ends_one_at_a_time(self._bootstrap, self._kafka)
         if self._ends_one_at_a_time:
             one_at_a_time(self._bootstrap, call)
         else:
