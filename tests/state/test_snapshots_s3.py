@@ -20,7 +20,13 @@ from processor_api.config import StreamsConfig
 from processor_api.state.manager import TaskStores
 from processor_api.state.snapshot_files import StoreSnapshotDir, open_location
 from processor_api.state.snapshots import TaskSnapshots, settings_from_config
-from tests.state.test_snapshots import Changelog, _idle, _key_value, flushed_changes
+from tests.state.test_snapshots import (
+    Changelog,
+    _idle,
+    _key_value,
+    _task_stores,
+    flushed_changes,
+)
 
 BUCKET = "snapshots"
 
@@ -144,15 +150,7 @@ def test_an_object_store_that_never_answers_means_a_replay_not_a_hang(tmp_path):
         assert settings is not None
         builder = _key_value("rocksdb")
         changelog = Changelog()
-        written = TaskStores(
-            application_id="app-silent",
-            task_id="0_0",
-            partition=0,
-            directory=tmp_path / "written",
-            builders={builder.name: builder},
-            changelog_topics={builder.name: "app-silent-kv-changelog"},
-            timestamp_fn=lambda: 5,
-        )
+        written = _task_stores(tmp_path / "written", builder, "app-silent", None)
         stack = written.build(builder, lambda: 5)
         for i in range(100):
             stack.store.put(f"k{i}", i)
@@ -160,18 +158,7 @@ def test_an_object_store_that_never_answers_means_a_replay_not_a_hang(tmp_path):
         expected = list(stack.store.all())
         written.close()
 
-        restored = TaskStores(
-            application_id="app-silent",
-            task_id="0_0",
-            partition=0,
-            directory=tmp_path / "restored",
-            builders={builder.name: builder},
-            changelog_topics={builder.name: "app-silent-kv-changelog"},
-            timestamp_fn=lambda: 5,
-            snapshots=TaskSnapshots(
-                settings, task_id="0_0", partition=0, directory=tmp_path / "restored"
-            ),
-        )
+        restored = _task_stores(tmp_path / "restored", builder, "app-silent", settings)
         restored.build(builder, lambda: 5)
         with capture_logs() as logs:
             restored.restore({builder.name: end}, changelog.reader)
