@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +38,12 @@ T = TypeVar("T")
 
 #: How long the cluster id look-up may take before the broker is taken for Apache Kafka.
 CLUSTER_ID_TIMEOUT_S = 10.0
+
+#: Waiting for another process's commit this long is reported ...
+LOCK_WARN_AFTER_S = 10.0
+#: ... and this long is given up: the transaction then ends without the lock.
+LOCK_GIVE_UP_AFTER_S = 60.0
+LOCK_POLL_S = 0.005
 
 _serialised: dict[str, bool] = {}
 
@@ -82,11 +89,45 @@ def lock_path(bootstrap_servers: str) -> Path:
     return Path(tempfile.gettempdir()) / f"processor-api-transaction-ends-{digest}.lock"
 
 
-def one_at_a_time(bootstrap_servers: str, call: Callable[[], T]) -> T:
+def one_at_a_time(
+    bootstrap_servers: str,
+    call: Callable[[], T],
+    *,
+    warn_after_s: float = LOCK_WARN_AFTER_S,
+    give_up_after_s: float = LOCK_GIVE_UP_AFTER_S,
+) -> T:
     """Run ``call`` (a commit or abort bounded by its own timeout) while no other process or
-    thread on this machine ends a transaction on this broker."""
-    with open(lock_path(bootstrap_servers), "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    thread on this machine ends a transaction on this broker.
+
+    A holder takes at most one commit's timeout; a lock held longer (a stopped or wedged
+    process) is reported after ``warn_after_s``, and after ``give_up_after_s`` the call runs
+    without it, with a warning: a rare pinned partition on Tansu rather than a stalled task.
+    """
+    path = lock_path(bootstrap_servers)
+    with open(path, "a+b") as lock:
+        started = time.monotonic()
+        warned = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - started
+                if waited >= give_up_after_s:
+                    _log.warning(
+                        "transaction_end_lock_skipped",
+                        lock=str(path),
+                        waited_s=round(waited, 1),
+                        detail="another process held the lock this long; the transaction "
+                        "ends without it",
+                    )
+                    return call()
+                if not warned and waited >= warn_after_s:
+                    warned = True
+                    _log.warning(
+                        "transaction_end_lock_waiting", lock=str(path), waited_s=round(waited, 1)
+                    )
+                time.sleep(LOCK_POLL_S)
         try:
             return call()
         finally:

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from confluent_kafka import Producer
+from structlog.testing import capture_logs
 
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.transaction_ends import (
@@ -44,6 +45,19 @@ def test_one_at_a_time_holds_the_machine_wide_lock_while_it_runs(tmp_path):
     with pytest.raises(RuntimeError):
         one_at_a_time(bootstrap, lambda: (_ for _ in ()).throw(RuntimeError("commit failed")))
     assert inside() is False  # released after a failing call too
+
+
+def test_a_lock_held_too_long_is_reported_then_the_call_runs_without_it():
+    bootstrap = f"127.0.0.1:1-{uid('held')}"
+    with open(lock_path(bootstrap), "a+b") as holder:  # a stopped process holding the lock
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with capture_logs() as logs:
+            ran = one_at_a_time(bootstrap, lambda: "ended", warn_after_s=0.05, give_up_after_s=0.2)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+    assert ran == "ended"
+    events = [e["event"] for e in logs]
+    assert events == ["transaction_end_lock_waiting", "transaction_end_lock_skipped"]
+    assert logs[1]["lock"] == str(lock_path(bootstrap)) and logs[1]["waited_s"] >= 0.2
 
 
 @pytest.mark.integration
