@@ -4,7 +4,8 @@ A group's backlog on a partition is its high watermark minus its committed offse
 ``read_committed`` only the part below the last stable offset is readable: records past it
 belong to a transaction that is still open, and no reader gets past them until that
 transaction commits or aborts (its producer does it, a newer producer with the same
-transactional id fences it, or the broker aborts it after the transaction timeout).
+transactional id fences it, or the broker aborts it after the transaction timeout). On Tansu
+a transaction can stay unfinalised after it ended; ``wait_until_readable`` releases it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from dataclasses import dataclass
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.offsets import end_offsets
+from processor_api.kafka.transaction_ends import ends_one_at_a_time, release_pinned
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
 
 #: Pause between two looks at partitions waiting for an open transaction to end.
 OPEN_TRANSACTION_POLL_S = 0.2
+#: How long a backlog stays held back by transactions whose writers all ended them before
+#: the partitions are taken for pinned by Tansu and released.
+RELEASE_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -86,10 +91,16 @@ def wait_until_readable(
     timeout_s: float,
     *,
     kafka: KafkaClientConfig | None = None,
+    release_after_s: float = RELEASE_AFTER_S,
 ) -> list[PartitionBacklog]:
     """Wait up to ``timeout_s`` for a backlog held back by open transactions to become
-    readable (or to vanish); return the backlog as it is then, readable or not."""
-    deadline = time.monotonic() + timeout_s
+    readable (or to vanish); return the backlog as it is then, readable or not.
+
+    For callers whose writers have all ended their transactions: on Tansu, partitions still
+    held back after ``release_after_s`` are released (``kafka/transaction_ends.py``), again
+    every ``release_after_s`` while they stay held back."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     _log.info(
         "backlog_waits_for_open_transactions",
         group=group_id,
@@ -97,10 +108,16 @@ def wait_until_readable(
         timeout_s=timeout_s,
     )
     partitions = [(b.topic, b.partition) for b in backlog]
+    next_release = started + release_after_s
     while True:
         now = group_backlog(bootstrap_servers, group_id, partitions, "read_committed", kafka=kafka)
         if not now or any(b.readable for b in now) or time.monotonic() >= deadline:
             return now
+        if time.monotonic() >= next_release:
+            next_release = time.monotonic() + release_after_s
+            if ends_one_at_a_time(bootstrap_servers, kafka):
+                held = [(b.topic, b.partition) for b in now if b.stable_end < b.end]
+                release_pinned(bootstrap_servers, held, kafka=kafka)
         time.sleep(OPEN_TRANSACTION_POLL_S)
 
 

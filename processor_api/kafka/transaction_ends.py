@@ -1,19 +1,27 @@
-"""Transaction ends one at a time, on the brokers that need it (Tansu).
+"""Transactions on Tansu: ended one at a time, and a partition they pin released.
 
 Tansu 0.6, the embedded broker, finalises a transaction at its EndTxn only when every other
-transaction with records on one of its partitions is prepared too, and records the commit
-markers it writes as new ranges of the transaction. Two EndTxn requests of different producers
-handled at the same time can then leave one of the pair committed with a range still recorded:
-from then on every later transaction on that partition waits for it, the partition's last
-stable offset stays below its end for good, and no ``read_committed`` reader gets past it
-(fencing the producers does not clear it either). Measured with three producers whose
-transactions share three partitions: 4 of 80 rounds ended with a stuck partition; with their
-commits one at a time, 0 of 120 (the broker's log shows the race as ``otherwise=Some(Committed)``
-warnings: 29 against 0).
+transaction with records on one of its partitions (below its last offset there) is prepared
+(commit or abort requested); finalising one finalises those overlapping ones with it. Until a
+transaction is finalised its partitions' last stable offset stays at its first record, so no
+``read_committed`` reader gets past it. Two ways leave one unfinalised after all its peers
+ended, measured with three producers whose transactions share three partitions:
 
-So against Tansu, the processes on this machine commit and abort transactions one at a time,
-under a file lock per broker. Tansu is told by the cluster id it reports; Apache Kafka needs
-none of this and gets none of it.
+* *Race*: two EndTxn requests handled at once can leave a transaction marked committed with a
+  commit-marker range still recorded; every later transaction on that partition then waits
+  for it, for good (the broker logs ``otherwise=Some(Committed)``). Without coordination 16 of
+  460 rounds pinned a partition. So against Tansu the processes on this machine commit and
+  abort transactions one at a time, under a file lock per broker (:func:`one_at_a_time`).
+* *Chain*: transaction A ends while B, with records on A's partition ``p``, is still open; B
+  ends while C (sharing another partition with B, not ``p``) is open; C's end finalises B and
+  C, not A. Ending transactions one at a time cannot prevent that (1 of 70 rounds pinned in
+  CI with the lock). A stays pinned until a later transaction on ``p`` ends with all its
+  overlapping peers prepared. :func:`release_pinned` is that transaction: it writes one
+  record marked with :data:`RELEASE_HEADER` to each pinned partition and aborts; readers of
+  the runtime's internal topics drop such records (a broker that filters aborted records
+  never shows them; Tansu shows them).
+
+Tansu is told by the cluster id it reports; Apache Kafka needs none of this and gets none of it.
 """
 
 from __future__ import annotations
@@ -22,14 +30,16 @@ import fcntl
 import hashlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
 from confluent_kafka.admin import AdminClient
 
+from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.producer import make_producer
 from processor_api.logging import get_logger
 
 _log = get_logger(__name__)
@@ -44,6 +54,11 @@ LOCK_WARN_AFTER_S = 10.0
 #: ... and this long is given up: the transaction then ends without the lock.
 LOCK_GIVE_UP_AFTER_S = 60.0
 LOCK_POLL_S = 0.005
+
+#: The header of the record :func:`release_pinned` writes (in a transaction it aborts).
+RELEASE_HEADER = "__processor_api.release"
+#: How long releasing may take (init, produce, abort), each step.
+RELEASE_TIMEOUT_S = 30.0
 
 _serialised: dict[str, bool] = {}
 
@@ -134,4 +149,56 @@ def one_at_a_time(
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-__all__ = ["ends_one_at_a_time", "is_tansu", "lock_path", "one_at_a_time"]
+def release_pinned(
+    bootstrap_servers: str,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    kafka: KafkaClientConfig | None = None,
+    timeout_s: float = RELEASE_TIMEOUT_S,
+) -> None:
+    """Finalise the transactions Tansu left unfinalised on ``partitions`` (see the module
+    docs): one transaction, one :data:`RELEASE_HEADER` record per partition, aborted.
+
+    Only for partitions no live transaction writes to any more: an open one overlapping the
+    release would keep the release itself unfinalised until that one ends."""
+    partitions = sorted(set(partitions))
+    if not partitions:
+        return
+    digest = hashlib.sha256(bootstrap_servers.encode()).hexdigest()[:16]
+    producer = make_producer(
+        bootstrap_servers,
+        transactional_id=f"processor-api-release-{digest}",
+        kafka=kafka,
+        extra_config={"linger.ms": 0},
+    )
+    producer.init_transactions(timeout_s)
+
+    def release() -> None:
+        producer.begin_transaction()
+        for topic, partition in partitions:
+            producer.produce(topic, value=b"", partition=partition, headers=[(RELEASE_HEADER, b"")])
+        left = producer.flush(timeout_s)
+        if left:
+            raise StreamsError(
+                f"releasing pinned partitions: {left} record(s) not written in {timeout_s:g}s "
+                f"({', '.join(f'{t}[{p}]' for t, p in partitions)})"
+            )
+        producer.abort_transaction(timeout_s)
+
+    one_at_a_time(bootstrap_servers, release)
+    _log.warning(
+        "pinned_partitions_released",
+        partitions=[f"{t}[{p}]" for t, p in partitions],
+        detail="Tansu had left an ended transaction unfinalised there; an aborted transaction "
+        "on the same partitions finalised it",
+    )
+
+
+__all__ = [
+    "RELEASE_HEADER",
+    "ends_one_at_a_time",
+    "is_tansu",
+    "lock_path",
+    "one_at_a_time",
+    "release_pinned",
+]

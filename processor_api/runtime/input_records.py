@@ -13,7 +13,11 @@ from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import CommittedBatches, split_stamp
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
+from processor_api.kafka.transaction_ends import RELEASE_HEADER
 from processor_api.logging import get_logger
+
+#: Who wrote a dropped record that released a pinned partition, in the drop counts.
+RELEASE_WRITER = "(pinned-partition release)"
 
 
 def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> list[InputRecord]:
@@ -54,14 +58,20 @@ def drop_aborted(
     records: list[InputRecord], stamped_topics: frozenset[str], batches: CommittedBatches | None
 ) -> tuple[list[InputRecord], dict[tuple[str, int, str], int]]:
     """``records`` without those of repartition topics that an aborted transaction wrote
-    (``batches`` decides; None: keep all), every batch stamp header taken off; and how many
-    were dropped per (topic, partition, upstream task). See ``kafka/batch_stamps.py``."""
+    (``batches`` decides; None: keep all) and without the records that released a partition
+    pinned by Tansu (``kafka/transaction_ends.py``), every batch stamp header taken off; and
+    how many were dropped per (topic, partition, upstream task or :data:`RELEASE_WRITER`).
+    See ``kafka/batch_stamps.py``."""
     if not stamped_topics:
         return records, {}
     kept: list[InputRecord] = []
     dropped: dict[tuple[str, int, str], int] = {}
     for record in records:
         if record.headers and record.topic in stamped_topics:
+            if any(name == RELEASE_HEADER for name, _ in record.headers):
+                where = (record.topic, record.partition, RELEASE_WRITER)
+                dropped[where] = dropped.get(where, 0) + 1
+                continue
             try:
                 stamp, headers = split_stamp(record.headers)
             except StreamsError as exc:

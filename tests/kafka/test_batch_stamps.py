@@ -18,8 +18,9 @@ from processor_api.engine.records import InputRecord
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import STAMP_HEADER, BatchStamp, CommittedBatches
 from processor_api.kafka.names import commit_marker_topic
+from processor_api.kafka.transaction_ends import RELEASE_HEADER
 from processor_api.kafka.transactions import marker_value
-from processor_api.runtime.input_records import drop_aborted
+from processor_api.runtime.input_records import RELEASE_WRITER, drop_aborted
 from tests.harness.topics import uid
 
 TASKS = {"0_0": 0, "0_1": 1}
@@ -157,6 +158,17 @@ def test_a_malformed_stamp_names_the_record():
     bad = InputRecord("t-repartition", 2, 17, 5, b"k", b"v", ((STAMP_HEADER, b"nonsense"),))
     with pytest.raises(StreamsError, match=r"malformed .*batch header.*offset=17"):
         drop_aborted([bad], frozenset({"t-repartition"}), None)
+
+
+def test_records_that_released_a_pinned_partition_are_dropped_and_counted():
+    release = InputRecord("t-repartition", 1, 9, 5, None, b"", ((RELEASE_HEADER, b""),))
+    kept_record = InputRecord("t-repartition", 1, 11, 5, b"k", b"v", ())
+    elsewhere = InputRecord("t-input", 0, 3, 5, b"k", b"v", ((RELEASE_HEADER, b""),))
+    kept, dropped = drop_aborted(
+        [release, kept_record, elsewhere], frozenset({"t-repartition"}), None
+    )
+    assert kept == [kept_record, elsewhere]  # only the runtime's own topics carry them
+    assert dropped == {("t-repartition", 1, RELEASE_WRITER): 1}
 
 
 @pytest.mark.integration
