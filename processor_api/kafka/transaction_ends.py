@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -167,11 +168,10 @@ def release_pinned(
     digest = hashlib.sha256(bootstrap_servers.encode()).hexdigest()[:16]
     producer = make_producer(
         bootstrap_servers,
-        transactional_id=f"processor-api-release-{digest}",
+        transactional_id=f"processor-api-release-{digest}-{os.getpid()}",  # never fenced by a peer
         kafka=kafka,
         extra_config={"linger.ms": 0},
     )
-    producer.init_transactions(timeout_s)
 
     def release() -> None:
         producer.begin_transaction()
@@ -185,7 +185,13 @@ def release_pinned(
             )
         producer.abort_transaction(timeout_s)
 
-    one_at_a_time(bootstrap_servers, release)
+    try:
+        producer.init_transactions(timeout_s)
+        one_at_a_time(bootstrap_servers, release)
+    finally:
+        close = getattr(producer, "close", None)  # older confluent-kafka: left to GC
+        if close is not None:
+            close()
     _log.warning(
         "pinned_partitions_released",
         partitions=[f"{t}[{p}]" for t, p in partitions],
