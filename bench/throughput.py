@@ -70,12 +70,14 @@ def before_env() -> dict[str, str]:
     return {"PYTHONPATH": str(BASELINE_DIR)}
 
 
-def before_cmd(bootstrap: str, topic: str, state_dir: str, app_id: str) -> list[str]:
+def before_cmd(
+    bootstrap: str, topic: str, state_dir: str, app_id: str, extra: tuple[str, ...] = ()
+) -> list[str]:
     return [
         PYTHON,
         "-m",
         "processor_api.cli",
-        *processor_api_cmd(bootstrap, topic, state_dir, app_id)[1:],
+        *processor_api_cmd(bootstrap, topic, state_dir, app_id, extra)[1:],
     ]
 
 
@@ -106,6 +108,7 @@ def processor_api_cmd(
 #: a windowed aggregation end to end, next to the key-value count.
 WINDOWED = "processor_api windowed count"
 EPOCHS = "processor_api epochs"
+EPOCHS_BEFORE = f"processor_api epochs before ({BASELINE_REV})"
 
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
@@ -332,10 +335,11 @@ def contenders(
             NO_WSCG: "processor_api_no_wscg",
             WINDOWED: "processor_api_windowed",
             EPOCHS: "processor_api_epochs",
+            EPOCHS_BEFORE: "processor_api_epochs_before",
         }[name]
-        if name == BEFORE:
+        if name in (BEFORE, EPOCHS_BEFORE):
             cmd, env, cwd = (
-                before_cmd(bootstrap, topic, state_dir, app_id),
+                before_cmd(bootstrap, topic, state_dir, app_id, extra),
                 before_env(),
                 Path(str(BASELINE_DIR)),
             )
@@ -470,6 +474,7 @@ def contenders(
         NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
         WINDOWED: lambda rep: processor_api(rep, WINDOWED, ("--topology-arg", "windowed=true")),
         EPOCHS: lambda rep: processor_api(rep, EPOCHS, ("--epochs",)),
+        EPOCHS_BEFORE: lambda rep: processor_api(rep, EPOCHS_BEFORE, ("--epochs",)),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
