@@ -109,6 +109,8 @@ def processor_api_cmd(
 WINDOWED = "processor_api windowed count"
 EPOCHS = "processor_api epochs"
 EPOCHS_BEFORE = f"processor_api epochs before ({BASELINE_REV})"
+#: Python workers forked by the JVM one by one instead of from pyspark's daemon process.
+EPOCHS_NO_DAEMON = "processor_api epochs no pyspark daemon (diagnostic)"
 
 #: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
 CACHING = "processor_api caching (diagnostic)"
@@ -336,6 +338,7 @@ def contenders(
             WINDOWED: "processor_api_windowed",
             EPOCHS: "processor_api_epochs",
             EPOCHS_BEFORE: "processor_api_epochs_before",
+            EPOCHS_NO_DAEMON: "processor_api_epochs_no_daemon",
         }[name]
         if name in (BEFORE, EPOCHS_BEFORE):
             cmd, env, cwd = (
@@ -475,6 +478,9 @@ def contenders(
         WINDOWED: lambda rep: processor_api(rep, WINDOWED, ("--topology-arg", "windowed=true")),
         EPOCHS: lambda rep: processor_api(rep, EPOCHS, ("--epochs",)),
         EPOCHS_BEFORE: lambda rep: processor_api(rep, EPOCHS_BEFORE, ("--epochs",)),
+        EPOCHS_NO_DAEMON: lambda rep: processor_api(
+            rep, EPOCHS_NO_DAEMON, ("--epochs", "--spark-conf", "spark.python.use.daemon=false")
+        ),
     }
     if not BASELINE_DIR:
         all_contenders.pop(BEFORE)
