@@ -10,11 +10,13 @@ so the producer accepts the record and reports ``_UNKNOWN_PARTITION`` in its del
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from structlog.testing import capture_logs
 
 from processor_api import Processor, Record, Serdes, Topology
-from processor_api.errors import DeliveryError
+from processor_api.errors import DeliveryError, RecordSendError
 from processor_api.handlers import DeadLetterRecord, HandlerResponse
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
@@ -181,18 +183,32 @@ def test_a_user_handler_dead_letters_the_undeliverable_record(kafka, tmp_path, r
 
 
 def test_exactly_once_aborts_whatever_the_handler_says(kafka, tmp_path, runs):
-    run = runs(kafka, tmp_path, f"{HERE}:dead_letter_undeliverable", "exactly_once_v2")
-    with (
-        capture_logs() as logs,
-        pytest.raises(
-            DeliveryError,
-            match=rf"delivery to topic '{TOPICS['lost']}' partition 3 failed: "
-            r"_UNKNOWN_PARTITION.*answered continue, but under exactly_once_v2 a failed "
-            r"delivery leaves the transaction abortable: the batch's transaction is aborted "
-            r"and the micro-batch re-run, whatever the handler answers",
-        ),
-    ):
-        run.batch()
+    for attempt in (1, 2):
+        run = runs(
+            kafka, tmp_path / str(attempt), f"{HERE}:dead_letter_undeliverable", "exactly_once_v2"
+        )
+        try:
+            with capture_logs() as logs:
+                run.batch()
+        except RecordSendError as exc:
+            # a metadata refresh taught the producer the topic's one partition before the
+            # batch, so it refused the record in produce(); this scenario needs the delivery
+            # report (seen once in CI): once more with a new producer and topic
+            if attempt == 1 and "_UNKNOWN_PARTITION" in str(exc):
+                continue
+            raise
+        except DeliveryError as exc:
+            error = str(exc)
+            break
+        pytest.fail("the batch committed")
+    assert re.search(
+        rf"delivery to topic '{TOPICS['lost']}' partition 3 failed: "
+        r"_UNKNOWN_PARTITION.*answered continue, but under exactly_once_v2 a failed "
+        r"delivery leaves the transaction abortable: the batch's transaction is aborted "
+        r"and the micro-batch re-run, whatever the handler answers",
+        error,
+        re.DOTALL,
+    ), error
     assert len(SEEN) == 1  # the handler was asked, as in Kafka Streams
     (event,) = [e for e in logs if e["event"] == "delivery_failed_transaction_aborted"]
     assert (event["handler_result"], event["dead_letter_records_not_sent"]) == ("resume", 1)
