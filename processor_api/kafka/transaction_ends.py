@@ -14,7 +14,7 @@ ended, measured with three producers whose transactions share three partitions:
   abort transactions one at a time, under a file lock per broker (:func:`one_at_a_time`).
 * *Chain*: transaction A ends while B, with records on A's partition ``p``, is still open; B
   ends while C (sharing another partition with B, not ``p``) is open; C's end finalises B and
-  C, not A. Ending transactions one at a time cannot prevent that (1 of 70 rounds pinned in
+  C, not A. Ending transactions one at a time cannot prevent that (2 of 70 rounds pinned in
   CI with the lock). A stays pinned until a later transaction on ``p`` ends with all its
   overlapping peers prepared. :func:`release_pinned` is that transaction: it writes one
   record marked with :data:`RELEASE_HEADER` to each pinned partition and aborts; readers of
