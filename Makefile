@@ -6,6 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers: each has its own embedded broker and SparkSession; a free
+# worker takes the next test (--maxschedchunk 1: no batches handed out ahead, so one worker
+# does not get all the long tests), and tests/harness/long_first.py puts the long files first.
+# TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 2
 
 .PHONY: all venv run test test-fast test-slow lint typecheck docs bench bench-quick soak clean
 
@@ -29,7 +34,7 @@ run: $(STAMP)
 
 ## test: the whole suite (unit, driver, integration with a real broker and local Spark)
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS)
 
 ## test-slow: the long fault scenarios only (marked slow)
 test-slow: $(STAMP)

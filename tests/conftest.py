@@ -3,6 +3,8 @@
 The helpers they and the tests use are the modules of ``tests/harness``. A test that uses either
 fixture, or starts a broker, a JVM or ``run-topology`` itself, must be marked ``integration``:
 ``tests/harness/integration_guard.py`` fails it otherwise, so ``make test-fast`` stays light.
+``make test`` runs two pytest-xdist workers, each with its own broker and SparkSession;
+``tests/harness/long_first.py`` orders the files so the long ones start first.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from tests.harness.integration_guard import (  # noqa: E402  (hooks of this conf
     pytest_runtest_protocol,
     pytest_runtest_setup,
 )
+from tests.harness.long_first import pytest_collection_modifyitems  # noqa: E402
 
 __all__ = [
+    "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_runtest_makereport",
     "pytest_runtest_protocol",
