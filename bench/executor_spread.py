@@ -2,14 +2,16 @@
 
 ``python -m bench.executor_spread [--reps R] [--observe-s S]`` (under ``flock
 /tmp/spark-tests.lock``: it starts Spark) writes ``bench/results/executor-spread-<date>.json``.
-A continuous run in epochs (5 s) of the seed's sales aggregation, 4 partitions, on
-``local-cluster[2,3,1024]`` (two executors with 3 slots each: room for all 4 tasks on one),
-a state directory per executor and snapshots after every commit. Once all 4 tasks run, the
-executor JVM holding the most tasks is killed; Spark's REST API (``/executors``:
-``activeTasks``) is read every 0.5 s for ``S`` seconds. Per run: when the replacement executor
-registered, and from when on the live executors' task counts differ by at most one (and stay
-so to the end). Contenders, alternating: ``spark.locality.wait=0`` and ``3s`` (Spark's
-default, which ``run-topology`` keeps: the wait made no difference, see the result file).
+A continuous run in epochs (5 s) of the seed's sales aggregation, 4 partitions, on two
+executors (``local-cluster[2,S,1024]``), a state directory per executor and snapshots after
+every commit. Once all 4 tasks run, the executor JVM holding the most tasks is killed; Spark's
+REST API (``/executors``: ``activeTasks``) is read every 0.5 s for ``S`` seconds. Per run:
+when the replacement executor registered, and from when on the live executors' task counts
+differ by at most one whenever all 4 tasks run (samples between two epochs, when fewer run,
+are left out), to the end. Contenders, alternating: executors of 3 slots each (room for all 4
+tasks on one) and of 2 slots each (each executor's share of the 4 tasks), both with Spark's
+default ``spark.locality.wait`` (3 s; 0 made no difference, see
+``bench/results/executor-spread-2026-11-26.json``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from typing import Any
 from bench.common import Broker, log, machine_info, write_result
 
 PARTITIONS = 4
-MASTER = "local-cluster[2,3,1024]"
-CONTENDERS = {"locality.wait=0": "0", "locality.wait=3s (Spark's default)": "3s"}
+LOCALITY_WAIT = "3s"  # Spark's default, which run-topology keeps
+#: contender -> master: two executors of 1 GiB with this many slots each
+CONTENDERS = {
+    "3 slots per executor (room for all 4 tasks)": "local-cluster[2,3,1024]",
+    "2 slots per executor (a share of the 4 tasks)": "local-cluster[2,2,1024]",
+}
 
 
 def _free_port() -> int:
@@ -59,7 +65,18 @@ def _cwd_name(pid: int) -> str | None:
         return None
 
 
-def _one_run(broker: Broker, locality_wait: str, observe_s: float) -> dict[str, Any]:
+def spread_from(timeline: list[dict[str, Any]]) -> float | None:
+    """The first time from which, whenever every task ran on two live executors, their task
+    counts differ by at most one, to the end of ``timeline`` (None: never so, or no such
+    sample after it)."""
+    full = [p for p in timeline if len(p["tasks"]) >= 2 and sum(p["tasks"].values()) == PARTITIONS]
+    for index, point in enumerate(full):
+        if all(max(p["tasks"].values()) - min(p["tasks"].values()) <= 1 for p in full[index:]):
+            return float(point["t"])
+    return None
+
+
+def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
     from tests.harness.executor_loss import executor_pids
     from tests.harness.folds import make_sales, produce_sales
     from tests.harness.processes import CliRun, cli_args
@@ -88,10 +105,10 @@ def _one_run(broker: Broker, locality_wait: str, observe_s: float) -> dict[str, 
             "--spark-conf", f"spark.executor.extraJavaOptions={marker}",
             "--spark-conf", "spark.ui.enabled=true",
             "--spark-conf", f"spark.ui.port={port}",
-            "--spark-conf", f"spark.locality.wait={locality_wait}",
+            "--spark-conf", f"spark.locality.wait={LOCALITY_WAIT}",
         ],
     )  # fmt: skip
-    args[args.index("local[2]")] = MASTER
+    args[args.index("local[2]")] = master
     timeline: list[dict[str, Any]] = []
     with CliRun(args, tmp / "run.log") as run:
         deadline = time.monotonic() + 180
@@ -120,20 +137,11 @@ def _one_run(broker: Broker, locality_wait: str, observe_s: float) -> dict[str, 
     for app_dir in {d.parent for d in _executor_dirs(marker)}:
         shutil.rmtree(app_dir, ignore_errors=True)
     replacement_s = next((p["t"] for p in timeline if len(p["tasks"]) >= 2), None)
-    spread_s = None
-    for index, point in enumerate(timeline):
-        rest = timeline[index:]
-        if all(
-            len(p["tasks"]) >= 2
-            and sum(p["tasks"].values()) == PARTITIONS
-            and max(p["tasks"].values()) - min(p["tasks"].values()) <= 1
-            for p in rest
-        ):
-            spread_s = point["t"]
-            break
+    spread_s = spread_from(timeline)
     final = timeline[-1]["tasks"] if timeline else {}
     return {
-        "locality_wait": locality_wait,
+        "master": master,
+        "locality_wait": LOCALITY_WAIT,
         "before_kill": before,
         "killed_executor": busiest,
         "replacement_registered_s": replacement_s,
@@ -169,7 +177,7 @@ def main() -> None:
         "executor-spread",
         {
             "command": "python -m bench.executor_spread " + " ".join(sys.argv[1:]),
-            "master": MASTER,
+            "masters": CONTENDERS,
             "partitions": PARTITIONS,
             "runs": runs,
             "loadavg_at_start": loadavg_at_start,
