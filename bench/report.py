@@ -1262,7 +1262,6 @@ def snapshots_section(targets: Targets) -> list[str]:
         )
     spread = _read("executor-spread")
     if spread:
-        masters = spread.get("masters") or {"": spread.get("master")}
         out += [f"Tasks per executor after a loss (`{spread['command']}`):", ""]
         by_contender: dict[str, list[dict[str, Any]]] = {}
         for run in spread["runs"]:
@@ -1283,15 +1282,16 @@ def snapshots_section(targets: Targets) -> list[str]:
                 for r in runs
                 if r["spread_from_s"] is not None
             ]
-            spread_ok = len(after) == len(runs) and statistics.median(after) <= 120
-            master = masters.get(contender) or runs[0].get("master", "")
+            median = statistics.median(after) if after else None
+            spread_ok = len(after) == len(runs) and median is not None and median <= 120
+            master = runs[0].get("master", spread.get("master", ""))
             targets.append(
                 {
                     "target": "tasks spread over the executors within 2 minutes of a "
                     f"replacement (`{master}`, {contender})",
                     "measured": (
                         f"{len(after)} of {len(runs)} runs spread"
-                        + (f", median {statistics.median(after):.1f} s after" if after else "")
+                        + (f", median {median:.1f} s after" if median is not None else "")
                     ),
                     "met": spread_ok,
                 }
