@@ -4,8 +4,9 @@
 /tmp/spark-tests.lock``: it starts Spark) writes ``bench/results/executor-spread-<date>.json``.
 A continuous run in epochs (5 s) of the seed's sales aggregation, 4 partitions, on two
 executors (``local-cluster[2,N,1024]``: N slots each), a state directory per executor and
-snapshots after every commit. Once all 4 tasks run, the executor JVM holding the most tasks is killed; Spark's
-REST API (``/executors``: ``activeTasks``) is read every 0.5 s for ``S`` seconds. Per run:
+snapshots after every commit. Once all 4 tasks run, the executor JVM holding the most tasks
+is killed; Spark's REST API (``/executors``: ``activeTasks``) is read every 0.5 s for ``S``
+seconds. Per run:
 when the replacement executor registered, and from when on the live executors' task counts
 differ by at most one whenever all 4 tasks run (samples between two epochs, when fewer run,
 are left out), to the end. Contenders, alternating: executors of 3 slots each (room for all 4
