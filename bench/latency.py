@@ -7,8 +7,8 @@ Streams' ``to_topic`` and the hand loop do the same). The harness
 
 1. starts the contender and produces a trickle (20 records/s) until the first output is seen
    (so start-up, worker start and the first micro-batch are not measured);
-2. produces at the fixed rate (``linger.ms`` 1, timestamp = wall clock at ``produce()``) for
-   ``settle_s`` (not measured) and then ``measure_s`` seconds;
+2. produces at the fixed rate (``linger.ms`` 5, librdkafka's default; timestamp = wall clock at
+   ``produce()``) for ``settle_s`` (not measured) and then ``measure_s`` seconds;
 3. reads the output topic all along (``fetch.wait.max.ms`` 5): latency of an output record =
    wall clock when the consumer got it - its timestamp, for the records produced during the
    measured window; waits up to ``drain_s`` for the last of them, then stops the contender
@@ -20,7 +20,17 @@ never showed up (``missing``), medians over the repetitions. Contenders:
 * ``processor_api trigger=Xs``: ``run-topology topologies.count_per_key:build_topology
   --trigger-interval X --master local[2]`` with ``output_topic`` set;
 * ``hand_loop``: ``bench/latency_hand.py`` (confluent-kafka + rocksdict, produce per record);
-* ``quixstreams``: ``bench/quix_count.py --output-topic`` (stateful ``apply`` + ``to_topic``).
+* ``quixstreams``: ``bench/quix_count.py --output-topic`` (stateful ``apply`` + ``to_topic``);
+* ``broker alone``: no application; the probe reads its own input topic, so the figures are the
+  broker's share of every other contender's latency (one hop of two) in the same conditions.
+
+Why the probe lingers 5 ms and not 1: the embedded broker (Tansu, memory storage) pays per
+request in proportion to the record batches its partition already holds. With the probe alone
+at 2,000 records/s and ``linger.ms`` 1 (about 1,000 produce requests/s) it used 110 % of a core
+within 10 s and its own produce -> fetch latency grew past 3 s within 20 s; with ``linger.ms``
+5 the same load took 36 % -> 81 % of a core over 15 s at a p99 of 59-66 ms (fresh topics per
+run keep runs apart: the cost is per partition). So the harness' own requests must stay few,
+or every contender measures the broker falling behind.
 
 Clock: producer, consumer and contenders run on this machine (loopback), so one clock.
 """
@@ -56,6 +66,9 @@ from bench.throughput import KEYS, MASTER, PARTITIONS, TOPIC_CONFIG, run_topolog
 TRIGGERS = (0.1, 0.5, 1.0)
 EPOCHS_ALOS = "processor_api epochs"
 EPOCHS_EOS = "processor_api epochs exactly_once_v2"
+BROKER_ALONE = "broker alone"
+#: The probe's ``linger.ms`` (see the module docs).
+PROBE_LINGER_MS = 5
 TRICKLE_RATE = 20
 READY_TIMEOUT_S = 120.0
 
@@ -67,6 +80,8 @@ def pa_name(trigger: float) -> str:
 def contender_cmds(
     bootstrap: str, in_topic: str, out_topic: str, state_dir: str, triggers=TRIGGERS
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each contender's command and extra environment (``broker alone``: no command)."""
+
     def run_topology(*flags: str) -> tuple[list[str], dict[str, str]]:
         command = [
             run_topology_bin(),
@@ -92,6 +107,7 @@ def contender_cmds(
         cmds[pa_name(trigger)] = run_topology("--trigger-interval", f"{trigger:g}")
     cmds[EPOCHS_ALOS] = run_topology("--epochs")
     cmds[EPOCHS_EOS] = run_topology("--epochs", "--processing-guarantee", "exactly_once_v2")
+    cmds[BROKER_ALONE] = ([], {})
     cmds["hand_loop"] = (
         [
             PYTHON,
@@ -137,7 +153,7 @@ class _Probe:
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
-                "linger.ms": 1,
+                "linger.ms": PROBE_LINGER_MS,
                 "partitioner": "murmur2_random",
                 "queue.buffering.max.messages": 1_000_000,
             }
@@ -211,7 +227,9 @@ class _Probe:
         self.consumer.close()
 
 
-def _stop(proc: subprocess.Popen) -> int | None:
+def _stop(proc: subprocess.Popen | None) -> int | None:
+    if proc is None:
+        return None
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -241,20 +259,24 @@ def run_one(
     RAW_DIR.mkdir(parents=True, exist_ok=True)
     label = name.replace(" ", "_").replace("=", "")
     log_path = RAW_DIR / f"latency-{rate}-{label}-{rep}.log"
-    probe = _Probe(broker.bootstrap, in_topic, out_topic)
+    probe = _Probe(broker.bootstrap, in_topic, out_topic if cmd else in_topic)
     marker = uuid.uuid4().hex
     started = time.monotonic()
     with open(log_path, "w") as err:
-        err.write("$ " + " ".join(cmd) + "\n")
+        err.write("$ " + (" ".join(cmd) or "(no application: the probe reads its input)") + "\n")
         err.flush()
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            cwd=REPO_DIR,
-            env={**os.environ, **env, RUN_MARKER: marker},
-            start_new_session=True,
+        proc = (
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                cwd=REPO_DIR,
+                env={**os.environ, **env, RUN_MARKER: marker},
+                start_new_session=True,
+            )
+            if cmd
+            else None
         )
         result: dict[str, Any] = {"contender": name, "rate": rate, "rep": rep, "log": str(log_path)}
         try:
@@ -358,7 +380,7 @@ def run(
         "partitions": PARTITIONS,
         "master": MASTER,
         "commands": {
-            n: " ".join(c)
+            n: " ".join(c) or "(none)"
             for n, (c, _) in contender_cmds(
                 "BOOTSTRAP", "IN_TOPIC", "OUT_TOPIC", "STATE_DIR"
             ).items()

@@ -11,9 +11,9 @@ import argparse
 import os
 
 from bench.common import Broker, ensure_environments, log, machine_info, write_result
-from bench.latency import EPOCHS_ALOS, EPOCHS_EOS, pa_name, run
+from bench.latency import BROKER_ALONE, EPOCHS_ALOS, EPOCHS_EOS, pa_name, run
 
-CONTENDERS = {EPOCHS_ALOS, EPOCHS_EOS, "hand_loop", "quixstreams", pa_name(0.5)}
+CONTENDERS = {EPOCHS_ALOS, EPOCHS_EOS, "hand_loop", "quixstreams", pa_name(0.5), BROKER_ALONE}
 
 
 def main() -> None:
