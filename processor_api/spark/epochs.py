@@ -9,7 +9,6 @@ tasks take turns on the slots.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -57,15 +56,31 @@ def reset_policies(topology: Topology, internal_topics: list[str]) -> dict[str, 
     return policies
 
 
-def epoch_rows(spark: Any, group_keys: dict[str, str], task_ids: list[str]) -> Any:
-    """The streaming DataFrame ``(task, epoch)`` of the run."""
-    from processor_api.spark.epoch_source import EPOCH_FORMAT, EpochSource
+#: Spark's built-in source of a fixed number of rows per micro-batch (since Spark 3.3).
+RATE_PER_BATCH_FORMAT = "rate-micro-batch"
 
-    spark.dataSource.register(EpochSource)
-    return (
-        spark.readStream.format(EPOCH_FORMAT)
-        .option("tasks", json.dumps([group_keys[task_id] for task_id in task_ids]))
+
+def epoch_rows(spark: Any, group_keys: dict[str, str], task_ids: list[str]) -> Any:
+    """The streaming DataFrame ``(task, epoch)`` of the run: one row per task per epoch.
+
+    Spark's ``rate-micro-batch`` source gives every micro-batch exactly ``rowsPerBatch``
+    consecutive numbers (0.. in the first), and under ``Trigger.AvailableNow`` exactly one
+    batch: number ``v`` is task ``v mod n``'s row of epoch ``v div n + 1``. A JVM source: no
+    Python planner process and no Python reader for these rows (a Python data source needs
+    both; measured in bench/RESULTS.md). Its checkpoint offsets are the row numbers."""
+    from pyspark.sql import functions as F  # noqa: N812 - pyspark's convention
+
+    count = len(task_ids)
+    keys = F.array(*[F.lit(group_keys[task_id]) for task_id in task_ids])
+    numbers = (
+        spark.readStream.format(RATE_PER_BATCH_FORMAT)
+        .option("rowsPerBatch", count)
+        .option("numPartitions", 1)
         .load()
+    )
+    return numbers.select(
+        F.element_at(keys, (F.col("value") % count + 1).cast("int")).alias("task"),
+        (F.floor(F.col("value") / count) + 1).cast("long").alias("epoch"),
     )
 
 

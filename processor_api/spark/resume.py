@@ -50,6 +50,22 @@ def _batch_offsets(path: Path) -> Offsets:
     return offsets
 
 
+def _written_by_python_epoch_source(checkpoint: Path) -> bool:
+    """Whether the checkpoint's newest offsets are the old Python epoch source's
+    (``{"epoch": n}``; Spark's rate-micro-batch source writes ``{"offset": .., "timestamp": ..}``)."""
+    batches = _batches(checkpoint / "offsets")
+    if not batches:
+        return False
+    for line in (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()[2:]:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and set(data) == {"epoch"}:
+            return True
+    return False
+
+
 def _batches(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
@@ -110,7 +126,8 @@ def check_checkpoint_mode(checkpoint_dir: str, available_now: bool, epochs: bool
     Continuous micro-batch runs use a processing-time GroupState timeout and available-now
     runs none (Spark never ends an AvailableNow query otherwise); Spark stores the state with
     a different schema in each case and cannot resume one from the other. Runs in epochs
-    (both kinds) read another source (``epoch_source.py``) and use no timeout.
+    (both kinds) read another source (``epochs.epoch_rows``) and use no timeout; a checkpoint
+    of the Python epoch source of earlier versions is refused with what to do.
     """
     mode = "epochs" if epochs else "available-now" if available_now else "continuous"
     checkpoint = Path(checkpoint_dir)
@@ -123,6 +140,14 @@ def check_checkpoint_mode(checkpoint_dir: str, available_now: bool, epochs: bool
                 f"cannot be resumed by a {mode} run (Spark's state schema differs); run in "
                 f"{recorded} mode, or use another --checkpoint-dir/--application-id (progress "
                 f"is also kept in Kafka: a run without the checkpoint resumes from there)"
+            )
+        if epochs and _written_by_python_epoch_source(checkpoint):
+            raise ConfigError(
+                f"the Spark checkpoint {checkpoint} was written by an earlier version, whose "
+                f"epochs came from a Python source; this version's epochs come from Spark's "
+                f"rate-micro-batch source, which cannot resume it. Delete that directory or "
+                f"use another --checkpoint-dir: a run without its checkpoint resumes from "
+                f"the progress kept in Kafka and gives the same results"
             )
         return
     if (checkpoint / "offsets").exists():

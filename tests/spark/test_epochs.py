@@ -1,35 +1,54 @@
-"""The epoch source's offsets and the slot sizing of runs in epochs (no Spark started)."""
+"""The rows that start a run's epochs, and the slot sizing of runs in epochs."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from processor_api.errors import ConfigError
-from processor_api.spark.epoch_source import EpochStreamReader
-from processor_api.spark.epochs import local_master
+from processor_api.spark.epochs import epoch_rows, local_master
+from processor_api.spark.resume import check_checkpoint_mode
 from processor_api.spark.runner import RunSettings, TopologyRunner
 
 
-def test_every_trigger_plans_the_next_epoch_with_one_row_per_task() -> None:
-    reader = EpochStreamReader(["0_0#1", "0_1#4"])
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, ReadAllAvailable())
-    assert (start, end) == ({"epoch": 0}, {"epoch": 1})
-    (partition,) = reader.partitions(start, end)
-    assert list(reader.read(partition)) == [("0_0#1", 1), ("0_1#4", 1)]
-    assert reader.latestOffset(end, ReadAllAvailable()) == {"epoch": 2}
+def _one_available_now_query(spark, checkpoint: Path, keys: dict[str, str]) -> list[tuple]:
+    seen: list[tuple] = []
+    query = (
+        epoch_rows(spark, keys, sorted(keys))
+        .writeStream.foreachBatch(
+            lambda frame, _: seen.extend(tuple(row) for row in frame.collect())
+        )
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "the available-now query did not end"
+    return sorted(seen)
 
 
-def test_an_available_now_query_runs_exactly_one_epoch() -> None:
-    reader = EpochStreamReader(["0_0"])
-    reader.prepareForTriggerAvailableNow()
-    first = reader.latestOffset({"epoch": 7}, ReadAllAvailable())
-    assert first == {"epoch": 8}
-    assert reader.latestOffset(first, ReadAllAvailable()) == first  # no new data: the end
-    assert reader.partitions(first, first) == []
+@pytest.mark.integration
+def test_an_available_now_query_runs_one_epoch_with_one_row_per_task(spark, tmp_path) -> None:
+    keys = {"0_0": "0_0#1", "0_1": "0_1#4", "1_0": "1_0"}
+    checkpoint = tmp_path / "checkpoint"
+    first = _one_available_now_query(spark, checkpoint, keys)
+    assert first == [("0_0#1", 1), ("0_1#4", 1), ("1_0", 1)]
+    second = _one_available_now_query(spark, checkpoint, keys)  # resumed: the next epoch
+    assert second == [("0_0#1", 2), ("0_1#4", 2), ("1_0", 2)]
+
+
+def test_a_checkpoint_of_the_python_epoch_source_is_refused_with_what_to_do(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "processor_api_mode").write_text("epochs\n")
+    (checkpoint / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"epoch":4}\n')
+    with pytest.raises(ConfigError, match=r"earlier version.*Delete that directory"):
+        check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
+    (checkpoint / "offsets" / "3").write_text(
+        'v1\n{"batchWatermarkMs":0}\n{"offset":12,"timestamp":0}\n'
+    )
+    check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
 
 
 def test_local_masters_get_a_slot_per_task() -> None:
