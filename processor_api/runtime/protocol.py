@@ -50,7 +50,11 @@ class EpochRequest:
 
 @dataclass(frozen=True)
 class EndEpochRequest:
-    """Commit now and end the running epoch (the driver is stopping the run)."""
+    """The driver is stopping run ``run_id``: commit now and end the running epoch; an epoch
+    of that run that begins afterwards ends at once without touching the task (Spark may
+    start one before the query stops)."""
+
+    run_id: str
 
 
 @dataclass(frozen=True)

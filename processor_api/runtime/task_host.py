@@ -7,10 +7,12 @@ as ``python -m processor_api.runtime.task_host NAME TASK_DIR DAEMON_PID LOG_FORM
 * serves one request per connection (``protocol.py``): an ``EpochRequest`` keeps its
   connection for the whole epoch, and the task runs (``EpochTaskRunner.run_epoch``) only while
   that connection is up; ``EndEpochRequest`` (the driver stops the run: commit and end the
-  epoch now) is answered by the acceptor thread at once, even mid-epoch; ``CloseRequest`` (the
-  run ended) and ``ReleaseRequest`` (another host on this machine wants the task) close the
-  task and exit, after the host stopped listening, so no request queues behind a host that is
-  about to exit. The micro-batch protocol's ``batch``/``close``/``release`` dicts are served
+  epoch now) is answered by the acceptor thread at once, even mid-epoch, and an epoch of that
+  run that begins afterwards is answered at once with the task's committed metadata, the task
+  untouched (the query's stop may cancel it); ``CloseRequest`` (the run ended) and
+  ``ReleaseRequest`` (another host on this machine wants the task) close the task and exit,
+  after the host stopped listening, so no request queues behind a host that is about to
+  exit. The micro-batch protocol's ``batch``/``close``/``release`` dicts are served
   the same way;
 * between two epochs of a continuous run goes on processing for up to ``EPOCH_GAP_S``
   (committed by the next epoch, dropped if none comes), so records arriving while Spark plans
@@ -37,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from processor_api.engine.metadata import TaskMetadata
 from processor_api.errors import StreamsError
 from processor_api.logging import configure_logging, get_logger
 from processor_api.runtime.epoch_runner import EpochAbandoned, EpochControl, EpochTaskRunner
@@ -52,6 +55,7 @@ from processor_api.runtime.protocol import (
     CloseRequest,
     EndEpochRequest,
     EpochAlive,
+    EpochReply,
     EpochRequest,
     ErrorReply,
     OkReply,
@@ -71,7 +75,7 @@ class TaskHost:
         self.runner: EpochTaskRunner | None = None
         self._topology_run: str | None = None
         self._topology: Any = None
-        self.end_epoch = threading.Event()  # the driver stops the run: end the epoch now
+        self.ended_run: str | None = None  # the driver stops this run: end its epochs now
         self._publisher: MetricsPublisher | None = None  # the run asked for metrics
         self.stopping = threading.Event()  # a close or release request is queued
 
@@ -112,6 +116,8 @@ class TaskHost:
         """Run one epoch while ``connection`` (the Spark task) is up; the reply (None when
         the Spark task is gone) and until when to go on between epochs (None: do not)."""
         spec = request.spec
+        if self.ended_run == spec.run_id:
+            return self._empty_epoch(request), None
         started = time.monotonic()
         try:
             with _signs_of_life(
@@ -123,7 +129,7 @@ class TaskHost:
                     self.runner = self._open(spec, request.task_id)
                 control = EpochControl(
                     connected=lambda: _connected(connection),
-                    end_requested=self.end_epoch.is_set,
+                    end_requested=lambda: self.ended_run == spec.run_id,
                     release_requested=self.stopping.is_set,
                 )
                 reply = self.runner.run_epoch(request, control)
@@ -134,8 +140,25 @@ class TaskHost:
             return None, None
         except BaseException as exc:  # noqa: BLE001 - reported to the worker, which raises it
             return _error_reply(exc), None
-        continuous = request.end.duration_s is not None and not self.end_epoch.is_set()
+        continuous = request.end.duration_s is not None and self.ended_run != spec.run_id
         return reply, (time.monotonic() + EPOCH_GAP_S) if continuous else None
+
+    def _empty_epoch(self, request: EpochRequest) -> EpochReply:
+        """An epoch that begins after its run was asked to stop: nothing is done, and what
+        Spark keeps for the task stays the last commit it knows of."""
+        get_logger("processor_api.task_host", task=request.task_id).debug(
+            "epoch_after_stop", epoch=request.epoch
+        )
+        return EpochReply(
+            metadata_json=request.state_json or TaskMetadata().to_json(),
+            processed=0,
+            outputs=0,
+            changelog_records=0,
+            restored=0,
+            commits=0,
+            inits=self.runner.inits if self.runner is not None else 0,
+            rebuilt=False,
+        )
 
     def between_epochs(self, until: float, stop: Any) -> None:
         """Go on processing until ``until`` or until a request comes (see ``EPOCH_GAP_S``)."""
@@ -322,7 +345,7 @@ def _accept(server: socket.socket, host: TaskHost, requests: queue.Queue) -> Non
             connection.close()
             continue
         if isinstance(message, EndEpochRequest):
-            host.end_epoch.set()
+            host.ended_run = message.run_id
             with connection:
                 try:
                     send_message(connection, OkReply())

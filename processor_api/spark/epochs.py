@@ -16,7 +16,7 @@ from typing import Any
 
 from processor_api.logging import get_logger
 from processor_api.runtime.host_client import HOST_FILE, request
-from processor_api.runtime.protocol import EndEpochRequest
+from processor_api.runtime.protocol import EndEpochRequest, EpochEnd
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -84,9 +84,26 @@ def epoch_rows(spark: Any, group_keys: dict[str, str], task_ids: list[str]) -> A
     )
 
 
-def end_epochs(state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str]) -> int:
+#: How much longer than an epoch the trigger interval of continuous epochs is. Spark's
+#: rate-micro-batch source always has a next batch, so without a trigger each epoch would be
+#: planned the moment the previous one ends and a stop would nearly always cancel one; with
+#: this slack Spark idles ~1 s between epochs (the hosts go on processing meanwhile) and a
+#: stop finds the query between batches.
+TRIGGER_SLACK_S = 2.0
+
+
+def epoch_trigger_s(end: EpochEnd) -> float:
+    """The processing-time trigger interval of continuous epochs of length ``end``."""
+    assert end.duration_s is not None, "continuous epochs have a length"
+    return end.duration_s + TRIGGER_SLACK_S
+
+
+def end_epochs(
+    state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str], run_id: str
+) -> int:
     """Ask every host of the application's tasks on this machine to commit and end its
-    running epoch now; returns how many answered. Hosts elsewhere end with the query."""
+    running epoch of run ``run_id`` now, and any epoch of that run that begins later at once;
+    returns how many answered. Hosts elsewhere end with the query."""
     answered = 0
     for task_id in task_ids:
         try:
@@ -94,7 +111,7 @@ def end_epochs(state_dir: str | os.PathLike[str], application_id: str, task_ids:
         except OSError:
             continue
         try:
-            reply = request(name, EndEpochRequest(), timeout_s=10.0)
+            reply = request(name, EndEpochRequest(run_id), timeout_s=10.0)
         except (OSError, ConnectionError):
             continue
         if reply is not None:

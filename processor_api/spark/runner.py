@@ -317,7 +317,7 @@ class TopologyRunner:
 
         from processor_api.runtime.protocol import EpochEnd
         from processor_api.spark.epoch_function import run_epoch
-        from processor_api.spark.epochs import epoch_rows, reset_policies, slots_of
+        from processor_api.spark.epochs import epoch_rows, epoch_trigger_s, reset_policies, slots_of
         from processor_api.spark.task_keys import load_or_plan_group_keys
 
         plan = self.plan or self.prepare()
@@ -384,6 +384,8 @@ class TopologyRunner:
         )
         if available_now:
             writer = writer.trigger(availableNow=True)
+        elif not bounded_epochs:
+            writer = writer.trigger(processingTime=f"{epoch_trigger_s(end)} seconds")
         self._query = writer.start()
         _log.info(
             "query_started",
@@ -634,7 +636,7 @@ class TopologyRunner:
             from processor_api.spark.epochs import end_epochs
 
             ended = sum(
-                end_epochs(directory, self.config.application_id, self.plan.task_ids)
+                end_epochs(directory, self.config.application_id, self.plan.task_ids, self._run_id)
                 for directory in self._state_dirs_here()
             )
             _log.debug("epochs_ended", tasks=ended)
