@@ -12,8 +12,8 @@ as ``python -m processor_api.runtime.task_host NAME TASK_DIR DAEMON_PID LOG_FORM
   untouched (the query's stop may cancel it); ``CloseRequest`` (the run ended) and
   ``ReleaseRequest`` (another host on this machine wants the task) close the task and exit,
   after the host stopped listening, so no request queues behind a host that is about to
-  exit. The micro-batch protocol's ``batch``/``close``/``release`` dicts are served
-  the same way;
+  exit. The micro-batch protocol's ``batch``/``close``/``release`` dicts are served the same
+  way;
 * between two epochs of a continuous run goes on processing for up to ``EPOCH_GAP_S``
   (committed by the next epoch, dropped if none comes), so records arriving while Spark plans
   the next epoch are not held up; between micro-batches it fires due wall-clock punctuations
