@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import pyarrow.fs as pafs
-
 from processor_api.errors import ConfigError, StoreError
 
 MANIFEST_FORMAT = 1
@@ -91,6 +89,10 @@ def open_location(uri: str, options: Mapping[str, Any] | None = None) -> tuple[A
     ``endpoint_override``, ``region``, ``access_key``, ``secret_key``, ...); without them the
     filesystem is made from the URI as ``pyarrow.fs.FileSystem.from_uri`` does.
     """
+    # imported only once snapshots are configured: pyarrow (and numpy with it) take ~50 MiB
+    # of resident memory in every task host that imports them
+    import pyarrow.fs as pafs
+
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme in ("", "file") or len(scheme) == 1:  # a path (or a Windows drive letter)
@@ -184,6 +186,8 @@ class StoreSnapshotDir:
     def manifests(self) -> list[tuple[str, SnapshotManifest | None]]:
         """Every manifest, newest offset first: ``(object, manifest)``; ``None`` for one that
         does not parse (reported by the caller)."""
+        import pyarrow.fs as pafs  # see open_location
+
         selector = pafs.FileSelector(self._path("manifests"), allow_not_found=True)
         found: list[tuple[int, int, str, SnapshotManifest | None]] = []
         for info in self.fs.get_file_info(selector):
@@ -328,6 +332,8 @@ class StoreSnapshotDir:
                 deleted_manifests += 1
         deleted_files = 0
         now = time.time()
+        import pyarrow.fs as pafs  # see open_location
+
         selector = pafs.FileSelector(self._path("files"), allow_not_found=True)
         for info in self.fs.get_file_info(selector):
             relative = f"files/{info.base_name}"

@@ -1,0 +1,36 @@
+"""A task host imports pyarrow only when snapshots are configured (issue 20: memory).
+
+``import pyarrow.fs`` brings numpy with it, about 50 MiB of resident memory in every task host
+(three on a 3-partition run); snapshots are off by default, so a host without them must not
+pay for it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _modules_after_import(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return set(done.stdout.split())
+
+
+def test_a_task_host_without_snapshots_imports_neither_pyarrow_nor_numpy() -> None:
+    loaded = _modules_after_import("processor_api.runtime.task_host")
+    assert "processor_api.state.snapshots" in loaded  # the snapshot code itself is there
+    assert not {"pyarrow", "pyarrow.fs", "numpy", "pandas"} & loaded
+
+
+def test_opening_a_snapshot_location_imports_pyarrow(tmp_path) -> None:
+    code = (
+        "import sys; from processor_api.state.snapshot_files import open_location; "
+        f"open_location({str(tmp_path)!r}); print('pyarrow.fs' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "True"
