@@ -102,20 +102,15 @@ except DeliveryError as exc:
 """
 
 
-def test_an_exception_raised_inside_a_delivery_callback_is_the_flush_error(kafka):
-    topic = uid("callback-raises")
-    kafka.create_topic(topic, 1)
-    # a fresh interpreter: the callback's first call (message.topic()) raises SystemError
-    # from the pending fenced error, inside the callback
+#: Attempts at the cold-callback scenario: confluent-kafka sometimes loses the fatal error
+#: before the callbacks run (then no callback raises; the records are only purged).
+COLD_ATTEMPTS = 4
+
+
+def _cold_flush(bootstrap: str, topic: str) -> tuple[str, str]:
+    """The ``DeliveryError`` and ``cause`` lines of one run of :data:`_COLD_CALLBACK`."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(_COLD_CALLBACK),
-            kafka.bootstrap_servers,
-            topic,
-            uid("tid"),
-        ],
+        [sys.executable, "-c", textwrap.dedent(_COLD_CALLBACK), bootstrap, topic, uid("tid")],
         capture_output=True,
         text=True,
         timeout=FLUSH_GUARD_S,
@@ -126,6 +121,25 @@ def test_an_exception_raised_inside_a_delivery_callback_is_the_flush_error(kafka
     ]
     assert len(lines) == 2, done.stdout + done.stderr
     error, cause = lines
+    return error, cause
+
+
+def test_an_exception_raised_inside_a_delivery_callback_is_the_flush_error(kafka):
+    topic = uid("callback-raises")
+    kafka.create_topic(topic, 1)
+    # a fresh interpreter: the callback's first call (message.topic()) raises SystemError
+    # from the pending fenced error, inside the callback; when the error was lost before the
+    # callbacks ran (seen once in 15 CI runs), the flush still fails, and the scenario runs
+    # again to reach the case this test is about
+    seen: list[str] = []
+    for _ in range(COLD_ATTEMPTS):
+        error, cause = _cold_flush(kafka.bootstrap_servers, topic)
+        if "its error was lost" in error and "purged" in error:
+            seen.append(error)
+            continue
+        break
+    else:
+        pytest.fail(f"the fenced error never reached a delivery callback: {seen}")
     assert "_FENCED" in error and "another instance took the task over" in error
     assert f"it surfaced in the delivery report of topic {topic!r} partition 0" in error
     assert (
