@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from processor_api import Serdes, Topology
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime.host_client import HOST_FILE, close_hosts, exchange, request
 from processor_api.runtime.job import JobSpec
@@ -31,19 +30,10 @@ EPOCH_S = 120.0
 WAIT_S = 60.0
 
 
-def build_echo(input_topic: str, output_topic: str) -> Topology:
-    strings = {"key_serde": Serdes.string(), "value_serde": Serdes.string()}
-    return (
-        Topology()
-        .add_source("in", input_topic, **strings)
-        .add_sink("out", output_topic, "in", **strings)
-    )
-
-
 def _spec(kafka, tmp_path: Path, app: str, source: str, sink: str) -> JobSpec:
     return JobSpec(
         run_id=uid(),
-        topology_ref=f"{__name__}:build_echo",
+        topology_ref="tests.integration.topologies_for_tests:build_echo",
         topology_kwargs={"input_topic": source, "output_topic": sink},
         topology_pickle=None,
         bootstrap_servers=kafka.bootstrap_servers,
