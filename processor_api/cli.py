@@ -156,8 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="micro-batches only: records of one micro-batch at most (200000)",
     )
     parser.add_argument(
+        "--micro-batches",
+        dest="epochs",
+        action="store_false",
+        help="the old micro-batch runtime",
+    )
+    parser.add_argument(
         "--epochs",
         action="store_true",
+        default=True,
         help="run tasks continuously in long Spark epochs (Kafka Streams' poll loop, a commit "
         "every commit.interval.ms, outputs as they are made) instead of micro-batches; "
         "--trigger-interval and --max-records-per-batch then do not apply",

@@ -195,6 +195,11 @@ class ContinuousInput:
             offset = message.offset()
             bound = bounds.get(topic)
             if bound is not None and offset >= bound:
+                # fetched in order from the task's position: everything below the bound was
+                # handed out before (or is not there), so the topic has reached it, even when
+                # nothing was read below it (a bound at the partition's first offset)
+                if bound > read_end.get(topic, -1):
+                    read_end[topic] = bound
                 overshot.add(topic)
                 continue
             kind, timestamp = message.timestamp()

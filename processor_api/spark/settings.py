@@ -26,7 +26,7 @@ class RunSettings:
     available_now: bool = False
     #: Run in long epochs (``runtime/epoch_runner.py``); False: the micro-batch runtime, where
     #: ``trigger_interval_s`` and ``max_records_per_batch`` apply.
-    epochs: bool = False
+    epochs: bool = True
     #: Length of a continuous epoch (``--epoch-interval``); see the README's "Epochs".
     epoch_interval_s: float = 60.0
     #: Micro-batches only: records of one micro-batch at most (None: 200,000).
