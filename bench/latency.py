@@ -18,7 +18,7 @@ Reported per contender and rate: p50, p90, p99, max (ms), records out of the win
 never showed up (``missing``), medians over the repetitions. Contenders:
 
 * ``processor_api trigger=Xs``: ``run-topology topologies.count_per_key:build_topology
-  --trigger-interval X --master local[2]`` with ``output_topic`` set;
+  --micro-batches --trigger-interval X --master local[2]`` with ``output_topic`` set;
 * ``hand_loop``: ``bench/latency_hand.py`` (confluent-kafka + rocksdict, produce per record);
 * ``quixstreams``: ``bench/quix_count.py --output-topic`` (stateful ``apply`` + ``to_topic``);
 * ``broker alone``: no application; the probe reads its own input topic, so the figures are the
@@ -104,7 +104,9 @@ def contender_cmds(
 
     cmds: dict[str, tuple[list[str], dict[str, str]]] = {}
     for trigger in triggers:
-        cmds[pa_name(trigger)] = run_topology("--trigger-interval", f"{trigger:g}")
+        cmds[pa_name(trigger)] = run_topology(
+            "--micro-batches", "--trigger-interval", f"{trigger:g}"
+        )
     cmds[EPOCHS_ALOS] = run_topology("--epochs")
     cmds[EPOCHS_EOS] = run_topology("--epochs", "--processing-guarantee", "exactly_once_v2")
     cmds[BROKER_ALONE] = ([], {})

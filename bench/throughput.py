@@ -1,7 +1,8 @@
 """Throughput, end to end: count per key (10,000 keys, 3 partitions) by four contenders.
 
 * ``processor_api``: ``run-topology topologies.count_per_key:build_topology --available-now
-  --master local[2]`` as a subprocess (Spark start included); checked by reading the local
+  --master local[2] --micro-batches`` (the deprecated runtime; ``processor_api epochs``: the
+  default) as a subprocess (Spark start included); checked by reading the local
   RocksDB stores afterwards (sum of counts = records, 10,000 keys).
 * ``hand_loop``: ``bench/hand_loop.py``, a confluent-kafka consumer loop updating rocksdict.
 * ``quixstreams``: ``bench/quix_count.py`` in its own virtualenv (stateful ``apply``).
@@ -96,8 +97,12 @@ def processor_api_cmd(
         "--available-now",
         "--master",
         MASTER,
-        # micro-batches only: a run in epochs refuses it
-        *(() if "--epochs" in extra else ("--max-records-per-batch", str(MAX_RECORDS_PER_BATCH))),
+        # the micro-batch contenders say so (run-topology's default is epochs)
+        *(
+            ()
+            if "--epochs" in extra
+            else ("--micro-batches", "--max-records-per-batch", str(MAX_RECORDS_PER_BATCH))
+        ),
         "--topology-arg",
         f"input_topic={json.dumps(topic)}",
         *extra,

@@ -127,6 +127,7 @@ def run_topology_contender(spark: Any, args: argparse.Namespace, input_topic: st
         application_id=f"bench-timers-{tag}",
         state_dir=tempfile.mkdtemp(prefix="bench-timers-"),
         master=args.master,
+        epochs=False,  # what this bench measured: punctuation in micro-batches
         log_format="console",
     )
     runner = TopologyRunner(
@@ -301,7 +302,9 @@ def _one_run(args: argparse.Namespace) -> dict:
         from processor_api.spark.runner import RunSettings, build_spark_session
 
         spark = build_spark_session(
-            RunSettings(bootstrap_servers=args.bootstrap, master=args.master), "bench-timers", 3
+            RunSettings(bootstrap_servers=args.bootstrap, master=args.master, epochs=False),
+            "bench-timers",
+            3,
         )
         result = run_topology_contender(spark, args, args.input_topic)
     else:

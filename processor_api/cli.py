@@ -136,46 +136,48 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["at_least_once", "exactly_once_v2"],
     )
     parser.add_argument(
-        "--trigger-interval",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="micro-batches only: the trigger interval (default: 1 s, or a quarter of the "
-        "smallest wall-clock "
-        "punctuation interval scheduled in init(), at least 0.1 s)",
-    )
-    parser.add_argument(
         "--available-now",
         action="store_true",
         help="process everything in the input topics now, then exit 0",
-    )
-    parser.add_argument(
-        "--max-records-per-batch",
-        type=int,
-        default=None,
-        help="micro-batches only: records of one micro-batch at most (200000)",
-    )
-    parser.add_argument(
-        "--micro-batches",
-        dest="epochs",
-        action="store_false",
-        help="the old micro-batch runtime",
-    )
-    parser.add_argument(
-        "--epochs",
-        action="store_true",
-        default=True,
-        help="run tasks continuously in long Spark epochs (Kafka Streams' poll loop, a commit "
-        "every commit.interval.ms, outputs as they are made) instead of micro-batches; "
-        "--trigger-interval and --max-records-per-batch then do not apply",
     )
     parser.add_argument(
         "--epoch-interval",
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="with --epochs: length of a Spark epoch (default 60 s); it bounds how far Spark's "
+        help="length of a Spark epoch (default 60 s): tasks run Kafka Streams' poll loop "
+        "throughout and commit every commit.interval.ms; the epoch bounds how far Spark's "
         "checkpoint trails the commits in Kafka, not latency",
+    )
+    runtime = parser.add_mutually_exclusive_group()
+    runtime.add_argument(
+        "--epochs",
+        action="store_true",
+        default=True,
+        help="the default: run tasks continuously in long Spark epochs (accepted so that "
+        "commands written for earlier versions keep working)",
+    )
+    runtime.add_argument(
+        "--micro-batches",
+        dest="epochs",
+        action="store_false",
+        help="deprecated, to be removed: the earlier runtime, where Spark plans each task's "
+        "offset ranges every --trigger-interval and a task processes and commits them per "
+        "micro-batch (latency about a second or more)",
+    )
+    parser.add_argument(
+        "--trigger-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --micro-batches only: the trigger interval (default: 1 s, or a quarter of "
+        "the smallest wall-clock punctuation interval scheduled in init(), at least 0.1 s)",
+    )
+    parser.add_argument(
+        "--max-records-per-batch",
+        type=int,
+        default=None,
+        help="with --micro-batches only: records of one micro-batch at most (200000)",
     )
     parser.add_argument(
         "--config",

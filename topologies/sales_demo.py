@@ -3,8 +3,8 @@
 1. starts the embedded Kafka-protocol broker (Tansu) on a free loopback port;
 2. creates ``sales-events-v1`` and ``notifications-events-v1`` (3 partitions each);
 3. produces the seed's five sales events, keyed by product;
-4. runs ``topologies.sales_aggregation`` with ``run-topology``'s runner on local Spark
-   (``--available-now``: everything in the input topic, then stop), while a consumer prints
+4. runs ``topologies.sales_aggregation`` with ``run-topology``'s runner on local Spark, in
+   epochs (``--available-now``: everything in the input topic, then stop), while a consumer prints
    every notification as it arrives;
 5. prints the final totals read from the RocksDB stores, and exits 0 when the notifications
    are exactly the seed's expected ones (product1 and product2).
@@ -120,7 +120,7 @@ def main() -> int:
             print(f"  total         {product:<10} {totals[product]}")
         print(
             f"summary    : {result.records} records, {result.outputs} notifications, "
-            f"{result.batches} micro-batches, {time.monotonic() - started:.1f}s wall time"
+            f"{result.batches} epoch(s), {time.monotonic() - started:.1f}s wall time"
         )
     got = {key: value["value"] for key, value in seen}
     if got != EXPECTED or len(seen) != len(EXPECTED):

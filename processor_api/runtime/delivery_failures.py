@@ -11,8 +11,8 @@ Streams' ``RecordCollectorImpl.recordSendError`` does. Fatal and fencing errors 
   response is ``continue`` the records are dropped (one warning event each, counted) and the
   batch commits; dead-letter records of the responses are produced and waited for.
 * ``exactly_once_v2``: a failed send leaves the producer's transaction abortable (librdkafka
-  refuses to commit it, as Kafka's Java producer does), so the batch's transaction is aborted
-  and the micro-batch re-run whatever the handler answers. The handler is still asked (it
+  refuses to commit it, as Kafka's Java producer does), so the transaction is aborted and
+  the task's work since its last commit done again whatever the handler answers. The handler is still asked (it
   may count or alert), its dead-letter records are not sent (they would be aborted with the
   transaction), and the batch fails with a ``DeliveryError`` that says so.
 """
@@ -97,6 +97,7 @@ class TaskDeliveryFailures:
 
 
 _ABORTED = (
-    " under exactly_once_v2 a failed delivery leaves the transaction abortable: the batch's "
-    "transaction is aborted and the micro-batch re-run, whatever the handler answers"
+    " under exactly_once_v2 a failed delivery leaves the transaction abortable: it is "
+    "aborted and the task's work since its last commit is done again when the task runs "
+    "again, whatever the handler answers"
 )

@@ -136,10 +136,11 @@ def check_checkpoint_mode(checkpoint_dir: str, available_now: bool, epochs: bool
         recorded = marker.read_text().strip()
         if recorded != mode:
             raise ConfigError(
-                f"the Spark checkpoint {checkpoint} was written by a {recorded} run and "
-                f"cannot be resumed by a {mode} run (Spark's state schema differs); run in "
-                f"{recorded} mode, or use another --checkpoint-dir/--application-id (progress "
-                f"is also kept in Kafka: a run without the checkpoint resumes from there)"
+                f"the Spark checkpoint {checkpoint} was written by a {_run_kind(recorded)} and "
+                f"cannot be resumed by a {_run_kind(mode)} (Spark's state schema differs); "
+                f"run as it was ({_flags_of(recorded)}), or delete that directory or use "
+                f"another --checkpoint-dir: a run without its checkpoint resumes from the "
+                f"progress kept in Kafka and gives the same results"
             )
         if epochs and _written_by_python_epoch_source(checkpoint):
             raise ConfigError(
@@ -154,6 +155,19 @@ def check_checkpoint_mode(checkpoint_dir: str, available_now: bool, epochs: bool
         return  # a checkpoint from before the marker existed: let Spark decide
     checkpoint.mkdir(parents=True, exist_ok=True)
     marker.write_text(mode + "\n")
+
+
+def _run_kind(mode: str) -> str:
+    return "run in epochs" if mode == "epochs" else f"micro-batch run ({mode})"
+
+
+def _flags_of(mode: str) -> str:
+    """The ``run-topology`` flags of a run of ``mode``."""
+    return {
+        "epochs": "the default, in epochs",
+        "available-now": "--micro-batches --available-now",
+        "continuous": "--micro-batches, without --available-now",
+    }[mode]
 
 
 def resume_offsets(

@@ -83,6 +83,12 @@ class TopologyRunner:
             }
         )
         _check_mode_settings(settings, self.config)
+        if not settings.epochs:
+            _log.warning(
+                "micro_batches_deprecated",
+                detail="the micro-batch runtime (--micro-batches) will be removed; runs in "
+                "epochs (the default) give the same results with outputs in milliseconds",
+            )
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
             from processor_api.loader import load_topology
@@ -734,16 +740,18 @@ def _check_mode_settings(settings: RunSettings, config: StreamsConfig) -> None:
         ]
         if given:
             raise ConfigError(
-                f"{' and '.join(given)} apply to micro-batch runs (without --epochs); a run in "
-                "epochs processes records as they arrive and commits every commit.interval.ms "
+                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                "micro-batch runs (--micro-batches) only; a run in epochs (the default) "
+                "processes records as they arrive and commits every commit.interval.ms "
                 "(--config commit.interval.ms=...)"
             )
         if settings.epoch_interval_s <= 0:
             raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
     elif config.commit_interval_ms is not None:
         raise ConfigError(
-            "config key commit.interval.ms applies to runs in epochs (--epochs); a "
-            "micro-batch commits when it ends (--trigger-interval sets how often)"
+            "config key commit.interval.ms applies to runs in epochs (the default); with "
+            "--micro-batches a task commits when its micro-batch ends (--trigger-interval "
+            "sets how often)"
         )
 
 

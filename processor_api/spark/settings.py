@@ -24,8 +24,9 @@ class RunSettings:
     #: (``spark/trigger.py``).
     trigger_interval_s: float | None = None
     available_now: bool = False
-    #: Run in long epochs (``runtime/epoch_runner.py``); False: the micro-batch runtime, where
-    #: ``trigger_interval_s`` and ``max_records_per_batch`` apply.
+    #: Run in long epochs (``runtime/epoch_runner.py``), the default; False: the deprecated
+    #: micro-batch runtime (``--micro-batches``), where ``trigger_interval_s`` and
+    #: ``max_records_per_batch`` apply.
     epochs: bool = True
     #: Length of a continuous epoch (``--epoch-interval``); see the README's "Epochs".
     epoch_interval_s: float = 60.0

@@ -74,13 +74,17 @@ class BackgroundRun:
 
 
 def settings_for(bootstrap: str, app_id: str, state_dir: Path, **overrides: Any) -> RunSettings:
+    """A test run's settings: micro-batches with a 0.5 s trigger unless ``epochs=True``."""
     values: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "application_id": app_id,
         "state_dir": str(state_dir),
         "log_format": "console",
     }
-    if not overrides.get("epochs"):
+    # the tests written for micro-batches (the default until epochs were) still run them,
+    # explicitly: run-topology's default is epochs
+    values["epochs"] = bool(overrides.get("epochs", False))
+    if not values["epochs"]:
         values["trigger_interval_s"] = 0.5  # micro-batches: a short trigger
     values.update(overrides)
     return RunSettings(**values)

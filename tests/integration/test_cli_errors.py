@@ -119,9 +119,7 @@ def test_poison_record_fails_with_log_and_fail_and_is_skipped_with_log_and_conti
                 str(tmp_path / "state"),
                 "--master",
                 "local[2]",
-                "--available-now",
-                "--trigger-interval",
-                "0.5",
+                "--available-now",  # run-topology's default: epochs
                 "--topology-arg",
                 f"input_topic={input_topic}",
                 "--topology-arg",

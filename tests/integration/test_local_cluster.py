@@ -85,6 +85,7 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
         "--master",
         "local-cluster[2,1,1024]",
         "--available-now",
+        "--micro-batches",  # two slots for more tasks: bounded epochs are tested on their own
         "--trigger-interval",
         "0.5",
         "--spark-conf",

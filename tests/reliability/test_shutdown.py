@@ -142,7 +142,7 @@ def test_available_now_refuses_a_continuous_runs_checkpoint_clearly(kafka, tmp_p
     with CliRun(args(True), tmp_path / "run-2.log") as second:
         code = second.wait(300)
     assert code == 2, second.tail()
-    assert "written by a continuous run" in second.error_line(), second.error_line()
+    assert "written by a micro-batch run (continuous)" in second.error_line(), second.error_line()
     # the right mode resumes: with new input (the first run may have processed everything
     # already), it processes all the first run left and the new records, then stops cleanly
     more = make_sales(300, 20, seed=17, start_ts=1_800_000_000_000)

@@ -204,8 +204,8 @@ def test_exactly_once_aborts_whatever_the_handler_says(kafka, tmp_path, runs):
     assert re.search(
         rf"delivery to topic '{TOPICS['lost']}' partition 3 failed: "
         r"_UNKNOWN_PARTITION.*answered continue, but under exactly_once_v2 a failed "
-        r"delivery leaves the transaction abortable: the batch's transaction is aborted "
-        r"and the micro-batch re-run, whatever the handler answers",
+        r"delivery leaves the transaction abortable: it is aborted and the task's work since "
+        r"its last commit is done again when the task runs again, whatever the handler answers",
         error,
         re.DOTALL,
     ), error

@@ -1,4 +1,5 @@
-"""The rows that start a run's epochs, and the slot sizing of runs in epochs."""
+"""The rows that start a run's epochs, the slot sizing of runs in epochs, and the settings of
+the two runtimes (epochs, the default, and the deprecated micro-batches)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from processor_api.errors import ConfigError
 from processor_api.spark.epochs import epoch_rows, local_master
@@ -51,6 +53,30 @@ def test_a_checkpoint_of_the_python_epoch_source_is_refused_with_what_to_do(tmp_
     check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
 
 
+@pytest.mark.parametrize(
+    ("recorded", "flags"),
+    [
+        ("continuous", "--micro-batches, without --available-now"),
+        ("available-now", "--micro-batches --available-now"),
+    ],
+)
+def test_a_micro_batch_checkpoint_is_refused_by_the_default_run_naming_its_flags(
+    tmp_path, recorded: str, flags: str
+) -> None:
+    """Runs in epochs are the default now: a checkpoint an earlier version's default run wrote
+    stops the run before anything starts, saying how to resume it or what to delete."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "processor_api_mode").write_text(f"{recorded}\n")
+    expected = (
+        f"written by a micro-batch run \\({recorded}\\) and cannot be resumed by a run in "
+        f"epochs .* run as it was \\({flags}\\), or delete that directory"
+    )
+    for available_now in (False, True):
+        with pytest.raises(ConfigError, match=expected):
+            check_checkpoint_mode(str(checkpoint), available_now=available_now, epochs=True)
+
+
 def test_local_masters_get_a_slot_per_task() -> None:
     cores = os.cpu_count() or 1
     assert local_master("local[2]", 3) == "local[3]"
@@ -65,13 +91,30 @@ def test_local_masters_get_a_slot_per_task() -> None:
 @pytest.mark.parametrize(
     ("settings", "config", "refused"),
     [
-        ({"epochs": True, "trigger_interval_s": 1.0}, {}, "--trigger-interval apply to micro"),
-        ({"epochs": True, "max_records_per_batch": 10}, {}, "--max-records-per-batch apply"),
-        ({"epochs": True, "epoch_interval_s": 0}, {}, "--epoch-interval must be > 0"),
-        ({}, {"commit.interval.ms": "100"}, "commit.interval.ms applies to runs in epochs"),
+        ({"trigger_interval_s": 1.0}, {}, "--trigger-interval applies to micro-batch runs"),
+        ({"max_records_per_batch": 10}, {}, "--max-records-per-batch applies to micro"),
+        (
+            {"trigger_interval_s": 1.0, "max_records_per_batch": 10},
+            {},
+            "--trigger-interval and --max-records-per-batch apply to micro",
+        ),
+        ({"epoch_interval_s": 0}, {}, "--epoch-interval must be > 0"),
+        ({"epochs": False}, {"commit.interval.ms": "100"}, "commit.interval.ms applies to runs"),
     ],
 )
 def test_settings_of_the_other_mode_are_refused(settings, config, refused) -> None:
     run_settings = RunSettings("127.0.0.1:9", config=config, **settings)
     with pytest.raises(ConfigError, match=refused):
         TopologyRunner("topologies.count_per_key:build_topology", run_settings)
+
+
+def test_a_micro_batch_run_says_once_that_the_runtime_is_deprecated() -> None:
+    topology = "tests.integration.topologies_for_tests:build_echo"
+    kwargs = {"input_topic": "in", "output_topic": "out"}
+    with capture_logs() as logs:
+        TopologyRunner(topology, RunSettings("127.0.0.1:9"), topology_kwargs=kwargs)
+    assert [e for e in logs if e["event"] == "micro_batches_deprecated"] == []
+    with capture_logs() as logs:
+        TopologyRunner(topology, RunSettings("127.0.0.1:9", epochs=False), topology_kwargs=kwargs)
+    (warning,) = [e for e in logs if e["event"] == "micro_batches_deprecated"]
+    assert warning["log_level"] == "warning" and "--micro-batches" in warning["detail"]
