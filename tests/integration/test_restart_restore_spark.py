@@ -40,7 +40,7 @@ def test_restart_reuses_local_stores_and_restores_wiped_ones(kafka, spark, tmp_p
     kafka.create_topic(output_topic, 3)
     # threshold 0: one notification per event, carrying the running total of its product
     kwargs = {"input_topic": input_topic, "output_topic": output_topic, "threshold": 0}
-    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, epochs=True)
     sent: list[tuple[str, int]] = []
 
     def run_with(events: list[tuple[str, int]]):
@@ -85,7 +85,7 @@ def test_restart_reuses_local_stores_and_restores_wiped_ones(kafka, spark, tmp_p
     assert third.records == 7
     assert len(records) == 24
     # every change logged by runs 1 and 2 was replayed: at most one changelog record per
-    # product and micro-batch (the batch's last write), at least one per product written
+    # product and commit (its last write before the commit), at least one per product written
     for run, events in ((first, _events(0, 9)), (second, _events(9, 8))):
         assert len({p for p, _ in events}) <= run.changelog_records <= len(events)
     assert third.restored == first.changelog_records + second.changelog_records

@@ -72,7 +72,7 @@ def test_losing_the_state_dir_or_the_checkpoint_never_changes_a_result(
     kafka.create_topic(topics["input_topic"], 3)
     app_id = f"safe-{run_id}"
     state_dir = tmp_path / "state"
-    overrides = {"available_now": True, "processing_guarantee": guarantee}
+    overrides = {"available_now": True, "processing_guarantee": guarantee, "epochs": True}
     if lost == "checkpoint":
         overrides["checkpoint_dir"] = str(tmp_path / "checkpoint")
     settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, **overrides)
