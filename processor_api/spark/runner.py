@@ -632,8 +632,9 @@ class TopologyRunner:
         """Stop the query between micro-batches when possible.
 
         The batch in flight (if any) is allowed to complete (bounded by ``STOP_GRACE_S``); the
-        query is stopped right after the next progress report. A batch interrupted anyway is
-        not committed: it is re-run on the next start.
+        query is stopped right after the next progress report (in epochs: once no trigger is
+        active, after the running epochs were ended). A batch interrupted anyway is not
+        committed: it is re-run on the next start.
         """
         query = self._query
         if query is None:
@@ -650,7 +651,12 @@ class TopologyRunner:
             last = (query.lastProgress or {}).get("batchId", -1)
             deadline = time.monotonic() + STOP_GRACE_S
             while query.isActive and time.monotonic() < deadline:
-                if (query.lastProgress or {}).get("batchId", -1) != last:
+                # in epochs an overdue trigger starts the next epoch at once: wait for it too
+                # (its tasks answer at once after end_epochs); stopping inside it interrupts
+                # foreachBatch, and Spark then matches the long Py4J error against a regex
+                # that overflows the stream thread's stack (StreamExecution.PROXY_ERROR)
+                moved_on = (query.lastProgress or {}).get("batchId", -1) != last
+                if moved_on and not self.settings.epochs:
                     break
                 if not query.status.get("isTriggerActive"):
                     break

@@ -118,3 +118,54 @@ def test_a_micro_batch_run_says_once_that_the_runtime_is_deprecated() -> None:
         TopologyRunner(topology, RunSettings("127.0.0.1:9", epochs=False), topology_kwargs=kwargs)
     (warning,) = [e for e in logs if e["event"] == "micro_batches_deprecated"]
     assert warning["log_level"] == "warning" and "--micro-batches" in warning["detail"]
+
+
+class _QueryOverdueTrigger:
+    """A query whose running batch 5 ends while its next, overdue trigger starts at once
+    (batch 6), after which no trigger is active. Each look at ``status`` is one poll."""
+
+    isActive = True  # noqa: N815 - pyspark's name
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.stopped_at: tuple[int, bool] | None = None
+
+    def _phase(self) -> tuple[int, bool]:
+        """(last finished batch, a trigger active) at this poll."""
+        if self.polls < 5:
+            return 4, True
+        if self.polls < 10:
+            return 5, True
+        return 6, False
+
+    @property
+    def status(self) -> dict:
+        self.polls += 1
+        return {"isTriggerActive": self._phase()[1]}
+
+    @property
+    def lastProgress(self) -> dict:  # noqa: N802 - pyspark's name
+        return {"batchId": self._phase()[0]}
+
+    def stop(self) -> None:
+        self.stopped_at = self._phase()
+
+
+@pytest.mark.parametrize(("epochs", "stopped_at"), [(True, (6, False)), (False, (5, True))])
+def test_a_stop_in_epochs_waits_for_the_overdue_epoch_that_started_meanwhile(
+    epochs: bool, stopped_at: tuple[int, bool]
+) -> None:
+    """Stopping inside a running batch interrupts its foreachBatch; Spark then matches the
+    long Py4J error with a regex that overflows its stream thread's stack (seen in CI: a
+    StackOverflowError on the terminal of a run stopped during an outage). In epochs the
+    runner waits until no trigger is active (the next epoch ends at once after the stop);
+    micro-batches keep stopping as soon as the batch in flight is done."""
+    runner = TopologyRunner(
+        "tests.integration.topologies_for_tests:build_echo",
+        RunSettings("127.0.0.1:9", epochs=epochs),
+        topology_kwargs={"input_topic": "in", "output_topic": "out"},
+    )
+    query = _QueryOverdueTrigger()
+    runner._query = query
+    runner._graceful_stop()
+    assert query.stopped_at == stopped_at
