@@ -5,7 +5,8 @@ ledger topology (``read_store_topologies``) is read through ``processor_api.read
 ``read-store`` command and ``read_store_df``, and compared with the same records run through
 ``TopologyTestDriver`` partition by partition; records written to a changelog after its last
 commit marker (an aborted transaction, a plain record) are not read although the broker shows
-them; a read while a query runs always finds every partition at a committed batch.
+them; a read while a run in epochs commits every 300 ms always finds every partition at one
+of its task's commits.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def stopped_app(kafka, spark, tmp_path_factory) -> dict[str, Any]:
         tmp_path_factory.mktemp("ledger-stopped"),
         available_now=True,
         processing_guarantee="exactly_once_v2",
+        epochs=True,
     )
     TopologyRunner(
         LEDGER, settings, topology_kwargs={"input_topic": app["input_topic"]}, spark=spark
@@ -268,7 +270,12 @@ def test_a_read_during_a_running_query_finds_committed_batches_only(
     records = _records(1200, seed=3)
     final = _expected(records)["counts"]
     settings = settings_for(
-        app["bootstrap"], app["app_id"], tmp_path, processing_guarantee=guarantee
+        app["bootstrap"],
+        app["app_id"],
+        tmp_path,
+        processing_guarantee=guarantee,
+        epochs=True,
+        config={"commit.interval.ms": "300"},  # reads meet many commits inside the epoch
     )
 
     def feed() -> None:
