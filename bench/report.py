@@ -1328,6 +1328,11 @@ def write_report() -> Path:
         "Each section shows the full run's results when there are any "
         "(`*-full-<date>.json`), else the quick run's (`*-quick-<date>.json`).",
         "",
+        '`run-topology` runs in epochs by default since 2026-11-27 (the sections "Runs in '
+        'epochs" near the end). Contenders named `processor_api` and `processor_api '
+        "trigger=...` are the micro-batch runtime, now `--micro-batches` (deprecated); their "
+        "figures were measured when it was the default.",
+        "",
     ]
     targets: Targets = []
     body: list[str] = []
