@@ -11,10 +11,10 @@ Streams' ``RecordCollectorImpl.recordSendError`` does. Fatal and fencing errors 
   response is ``continue`` the records are dropped (one warning event each, counted) and the
   batch commits; dead-letter records of the responses are produced and waited for.
 * ``exactly_once_v2``: a failed send leaves the producer's transaction abortable (librdkafka
-  refuses to commit it, as Kafka's Java producer does), so the transaction is aborted and
-  the task's work since its last commit done again whatever the handler answers. The handler is still asked (it
-  may count or alert), its dead-letter records are not sent (they would be aborted with the
-  transaction), and the batch fails with a ``DeliveryError`` that says so.
+  refuses to commit it, as Kafka's Java producer does), so the transaction is aborted and the
+  task's work since its last commit is done again, whatever the handler answers. The handler
+  is still asked (it may count or alert), its dead-letter records are not sent (they would be
+  aborted with the transaction), and the commit fails with a ``DeliveryError`` that says so.
 """
 
 from __future__ import annotations

@@ -1,6 +1,13 @@
 """Runs a topology on Spark Structured Streaming (driver side).
 
-One streaming query per run::
+One streaming query per run. In epochs (the default, ``epochs.py``)::
+
+    Spark's rate-micro-batch source: one row per task per epoch (no offsets cross Spark)
+        -> groupBy(task).applyInPandasWithState(run_epoch, NoTimeout): each task's call hands
+           the epoch to its host, which runs Kafka Streams' poll loop until the epoch ends
+        -> foreachBatch: per-epoch statistics (logged), positions for --available-now
+
+With ``--micro-batches`` (deprecated)::
 
     Kafka source (every source topic, repartition topics included)   ∪   task bootstrap rows
         -> column task = the group key of task "<subtopology>_<partition>" (task_keys.py:
@@ -9,8 +16,8 @@ One streaming query per run::
         -> foreachBatch: per-batch statistics (logged), positions for --available-now
 
 ``GroupState`` holds each task's committed metadata (input positions, stream time,
-punctuation schedules, changelog offsets); the processing-time timeout wakes idle tasks so
-wall-clock punctuation fires without input.
+punctuation schedules, changelog offsets); in micro-batches the processing-time timeout wakes
+idle tasks so wall-clock punctuation fires without input.
 """
 
 from __future__ import annotations
