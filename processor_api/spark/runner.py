@@ -115,6 +115,9 @@ class TopologyRunner:
         self._run_id = uuid.uuid4().hex  # one per run: task hosts keep their tasks across passes
         self._stop_requested = threading.Event()
         self._warned_slots = False
+        #: Epochs of a fixed length, with seconds between triggers in which a stop is safe
+        #: (not available-now, not bounded: their next batch starts at once).
+        self._timed_epochs = False
         self.plan: TopicPlan | None = None
         self._metrics: RunMetrics | None = None
 
@@ -343,6 +346,7 @@ class TopologyRunner:
         spark = self._spark
         slots = slots_of(spark)
         bounded_epochs = not available_now and slots < len(plan.task_ids)
+        self._timed_epochs = not available_now and not bounded_epochs
         if bounded_epochs and not self._warned_slots:
             self._warned_slots = True
             _log.warning(
@@ -639,8 +643,8 @@ class TopologyRunner:
         """Stop the query between micro-batches when possible.
 
         The batch in flight (if any) is allowed to complete (bounded by ``STOP_GRACE_S``); the
-        query is stopped right after the next progress report (in epochs: once no trigger is
-        active, after the running epochs were ended). A batch interrupted anyway is not
+        query is stopped right after the next progress report (timed epochs: once no trigger
+        is active, after the running epochs were ended). A batch interrupted anyway is not
         committed: it is re-run on the next start.
         """
         query = self._query
@@ -658,12 +662,13 @@ class TopologyRunner:
             last = (query.lastProgress or {}).get("batchId", -1)
             deadline = time.monotonic() + STOP_GRACE_S
             while query.isActive and time.monotonic() < deadline:
-                # in epochs an overdue trigger starts the next epoch at once: wait for it too
-                # (its tasks answer at once after end_epochs); stopping inside it interrupts
-                # foreachBatch, and Spark then matches the long Py4J error against a regex
-                # that overflows the stream thread's stack (StreamExecution.PROXY_ERROR)
+                # timed epochs: an overdue trigger starts the next epoch at once, so wait for
+                # the pause before the next trigger (an epoch of an ended run answers at
+                # once); stopping inside an epoch interrupts foreachBatch, and Spark then
+                # matches the long Py4J error against a regex that can overflow the stream
+                # thread's stack (StreamExecution.PROXY_ERROR)
                 moved_on = (query.lastProgress or {}).get("batchId", -1) != last
-                if moved_on and not self.settings.epochs:
+                if moved_on and not self._timed_epochs:
                     break
                 if not query.status.get("isTriggerActive"):
                     break

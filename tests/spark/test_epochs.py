@@ -151,20 +151,26 @@ class _QueryOverdueTrigger:
         self.stopped_at = self._phase()
 
 
-@pytest.mark.parametrize(("epochs", "stopped_at"), [(True, (6, False)), (False, (5, True))])
-def test_a_stop_in_epochs_waits_for_the_overdue_epoch_that_started_meanwhile(
-    epochs: bool, stopped_at: tuple[int, bool]
+@pytest.mark.parametrize(
+    ("epochs", "timed", "stopped_at"),
+    [(True, True, (6, False)), (True, False, (5, True)), (False, False, (5, True))],
+    ids=["timed epochs", "bounded epochs", "micro-batches"],
+)
+def test_a_stop_in_timed_epochs_waits_for_the_overdue_epoch_that_started_meanwhile(
+    epochs: bool, timed: bool, stopped_at: tuple[int, bool]
 ) -> None:
     """Stopping inside a running batch interrupts its foreachBatch; Spark then matches the
     long Py4J error with a regex that overflows its stream thread's stack (seen in CI: a
-    StackOverflowError on the terminal of a run stopped during an outage). In epochs the
-    runner waits until no trigger is active (the next epoch ends at once after the stop);
-    micro-batches keep stopping as soon as the batch in flight is done."""
+    StackOverflowError on the terminal of a run stopped during an outage). In timed epochs
+    the runner waits until no trigger is active (the next epoch ends at once after the stop);
+    bounded epochs (their batches follow each other at once) and micro-batches keep stopping
+    as soon as the batch in flight is done."""
     runner = TopologyRunner(
         "tests.integration.topologies_for_tests:build_echo",
         RunSettings("127.0.0.1:9", epochs=epochs),
         topology_kwargs={"input_topic": "in", "output_topic": "out"},
     )
+    runner._timed_epochs = timed
     query = _QueryOverdueTrigger()
     runner._query = query
     runner._graceful_stop()
