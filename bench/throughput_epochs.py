@@ -1,9 +1,10 @@
 """End-to-end throughput of a run in epochs against micro-batches, the hand loop and Quix.
 
-``python -m bench.throughput_epochs [RECORDS ...] [--reps N]``: count per key over 3 partitions
-(``bench/throughput.py``), every contender ``--available-now`` from a cold start, alternating,
-with the peak PSS of each contender's process tree; writes
-``bench/results/throughput-epochs-<size>-<date>.json`` (machine, load, commands, runs, medians).
+``python -m bench.throughput_epochs [RECORDS ...] [--reps N] [--partitions P]``: count per key
+over 3 partitions (``bench/throughput.py``; ``--partitions``: P), every contender
+``--available-now`` from a cold start, alternating, with the peak PSS of each contender's
+process tree; writes ``bench/results/throughput-epochs-<size>[-<P>p]-<date>.json`` (machine,
+load, commands, runs, medians).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 import os
 
+from bench import throughput
 from bench.common import Broker, ensure_environments, log, machine_info, write_result
 from bench.throughput import EPOCHS, run_size
 
@@ -23,7 +25,12 @@ def main() -> None:
     parser.add_argument("sizes", nargs="*", type=int, default=[2_000_000])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", default=None, help="comma-separated contender names")
+    parser.add_argument(
+        "--partitions", type=int, default=None, help="input partitions (default: 3)"
+    )
     args = parser.parse_args()
+    if args.partitions:
+        throughput.PARTITIONS = args.partitions  # every command and the topic read it
     include = set(args.only.split(",")) if args.only else CONTENDERS
     problems = ensure_environments()
     broker = Broker.start()
@@ -34,6 +41,8 @@ def main() -> None:
             result["loadavg_at_end"] = list(os.getloadavg())
             result["environment_problems"] = problems
             tag = f"{records // 1000}k" if records < 1_000_000 else f"{records // 1_000_000}M"
+            if args.partitions:
+                tag += f"-{args.partitions}p"
             write_result(f"throughput-epochs-{tag}", result, indent=1, sort_keys=True)
             for name, summary in result.get("summary", {}).items():
                 log(f"{tag} {name}: {json.dumps(summary, default=str)[:300]}")
