@@ -167,7 +167,7 @@ def _flags_of(mode: str) -> str:
         "epochs": "the default, in epochs",
         "available-now": "--micro-batches --available-now",
         "continuous": "--micro-batches, without --available-now",
-    }[mode]
+    }.get(mode, f"an unknown mode {mode!r}: is this directory a processor_api checkpoint?")
 
 
 def resume_offsets(

@@ -77,6 +77,14 @@ def test_a_micro_batch_checkpoint_is_refused_by_the_default_run_naming_its_flags
             check_checkpoint_mode(str(checkpoint), available_now=available_now, epochs=True)
 
 
+def test_a_checkpoint_of_an_unknown_mode_is_refused_naming_it(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "processor_api_mode").write_text("garbage\n")
+    with pytest.raises(ConfigError, match=r"micro-batch run \(garbage\).*unknown mode 'garbage'"):
+        check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
+
+
 def test_local_masters_get_a_slot_per_task() -> None:
     cores = os.cpu_count() or 1
     assert local_master("local[2]", 3) == "local[3]"
