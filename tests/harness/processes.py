@@ -291,11 +291,11 @@ class CliRun:
                 self._cond.wait(min(remaining, 0.5))
 
     def processed(self) -> int:
-        """Input records the run's micro-batches processed so far (its ``batch_done`` events)."""
+        """Input records the run's ended epochs processed so far (its ``batch_done`` events)."""
         return sum(int(e.get("records", 0)) for e in self.find("batch_done"))
 
     def wait_processed(self, total: int, timeout_s: float) -> int:
-        """Wait until the run's micro-batches processed at least ``total`` records; fail if
+        """Wait until the run's ended epochs processed at least ``total`` records; fail if
         the run ends first or after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while (processed := self.processed()) < total:
@@ -397,13 +397,11 @@ def cli_args(
     *,
     guarantee: str = "at_least_once",
     available_now: bool = True,
-    max_records_per_batch: int | None = None,
     topology_args: dict[str, Any] | None = None,
     config: dict[str, str] | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
-    """``run-topology`` arguments: JSON log, ``local[2]``, micro-batches with a 0.5 s trigger
-    (``--epochs`` in ``extra``: epochs, run-topology's default), no console progress."""
+    """``run-topology`` arguments: JSON log, ``local[2]``, no console progress."""
     args = [
         topology,
         "--bootstrap-servers",
@@ -421,15 +419,10 @@ def cli_args(
         "--spark-conf",
         "spark.ui.showConsoleProgress=false",
     ]
-    extra = list(extra)
-    if "--epochs" not in extra:  # the tests written for micro-batches say so (not the default)
-        args += ["--micro-batches", "--trigger-interval", "0.5"]  # with a short trigger
     if checkpoint_dir is not None:
         args += ["--checkpoint-dir", str(checkpoint_dir)]
     if available_now:
         args.append("--available-now")
-    if max_records_per_batch:
-        args += ["--max-records-per-batch", str(max_records_per_batch)]
     for key, value in (topology_args or {}).items():
         text = value if isinstance(value, str) else json.dumps(value)
         args += ["--topology-arg", f"{key}={text}"]

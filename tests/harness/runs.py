@@ -13,8 +13,8 @@ import pytest
 
 from processor_api.spark.runner import RunResult, RunSettings, TopologyRunner
 
-# How long a stopped run may take to wind down: the runner waits for the micro-batch in flight
-# (bounded by runner.STOP_GRACE_S = 60 s).
+# How long a stopped run may take to wind down: the runner ends the epochs and waits for the
+# batch in flight (bounded by runner.STOP_GRACE_S = 60 s).
 STOP_TIMEOUT_S = 90.0
 
 
@@ -74,17 +74,12 @@ class BackgroundRun:
 
 
 def settings_for(bootstrap: str, app_id: str, state_dir: Path, **overrides: Any) -> RunSettings:
-    """A test run's settings: micro-batches with a 0.5 s trigger unless ``epochs=True``."""
+    """A test run's settings (in epochs, run-topology's only runtime), console logs."""
     values: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "application_id": app_id,
         "state_dir": str(state_dir),
         "log_format": "console",
     }
-    # the tests written for micro-batches (the default until epochs were) still run them,
-    # explicitly: run-topology's default is epochs
-    values["epochs"] = bool(overrides.get("epochs", False))
-    if not values["epochs"]:
-        values["trigger_interval_s"] = 0.5  # micro-batches: a short trigger
     values.update(overrides)
     return RunSettings(**values)
