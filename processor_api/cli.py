@@ -149,36 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
         "throughout and commit every commit.interval.ms; the epoch bounds how far Spark's "
         "checkpoint trails the commits in Kafka, not latency",
     )
-    runtime = parser.add_mutually_exclusive_group()
-    runtime.add_argument(
-        "--epochs",
-        action="store_true",
-        default=True,
-        help="the default: run tasks continuously in long Spark epochs (accepted so that "
-        "commands written for earlier versions keep working)",
-    )
-    runtime.add_argument(
-        "--micro-batches",
-        dest="epochs",
-        action="store_false",
-        help="deprecated, to be removed: the earlier runtime, where Spark plans each task's "
-        "offset ranges every --trigger-interval and a task processes and commits them per "
-        "micro-batch (latency about a second or more)",
-    )
-    parser.add_argument(
-        "--trigger-interval",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="with --micro-batches only: the trigger interval (default: 1 s, or a quarter of "
-        "the smallest wall-clock punctuation interval scheduled in init(), at least 0.1 s)",
-    )
-    parser.add_argument(
-        "--max-records-per-batch",
-        type=int,
-        default=None,
-        help="with --micro-batches only: records of one micro-batch at most (200000)",
-    )
+    # accepted, hidden: every run is in epochs (the flag chose them in earlier versions)
+    parser.add_argument("--epochs", action="store_true", help=argparse.SUPPRESS)
+    # removed with the micro-batch runtime: given, they stop the run saying so (REMOVED_FLAGS)
+    parser.add_argument("--micro-batches", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trigger-interval", metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument("--max-records-per-batch", metavar="N", help=argparse.SUPPRESS)
     parser.add_argument(
         "--config",
         type=_key_value,
@@ -292,6 +268,29 @@ def _check_arguments(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     return config, kafka_settings(args)
 
 
+#: Flags of the micro-batch runtime, removed with it, and what replaces each.
+REMOVED_FLAGS = {
+    "micro_batches": ("--micro-batches", "every run is in epochs"),
+    "trigger_interval": (
+        "--trigger-interval",
+        "tasks process records as they arrive and commit every commit.interval.ms "
+        "(--config commit.interval.ms=...); --epoch-interval sets the length of an epoch",
+    ),
+    "max_records_per_batch": (
+        "--max-records-per-batch",
+        "tasks process records as they arrive and commit every commit.interval.ms "
+        "(--config commit.interval.ms=...)",
+    ),
+}
+
+
+def _refuse_removed_flags(args: argparse.Namespace) -> None:
+    """Stop a command written for the removed micro-batch runtime, saying what to use."""
+    for dest, (flag, instead) in REMOVED_FLAGS.items():
+        if getattr(args, dest) not in (None, False):
+            raise ConfigError(f"{flag} was removed with the micro-batch runtime: {instead}")
+
+
 def _run(args: argparse.Namespace, log: Any) -> int:
     from processor_api.loader import load_topology
     from processor_api.runtime.executor_dirs import state_dirs_here
@@ -305,8 +304,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     application_id = _application_id(args)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be 0-65535, got {args.metrics_port}")
-    if args.trigger_interval is not None and args.trigger_interval <= 0:
-        raise ConfigError(f"--trigger-interval must be > 0, got {args.trigger_interval}")
+    _refuse_removed_flags(args)
     with ExitStack() as stack:
         stack.enter_context(ApplicationLock(args.state_dir, application_id))
         if args.cleanup:
@@ -340,10 +338,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             checkpoint_dir=args.checkpoint_dir,
             master=args.master,
             processing_guarantee=args.processing_guarantee,
-            trigger_interval_s=args.trigger_interval,
             available_now=args.available_now,
-            max_records_per_batch=args.max_records_per_batch,
-            epochs=args.epochs,
             epoch_interval_s=args.epoch_interval,
             state_dir_per_executor=args.state_dir_per_executor,
             config=config,

@@ -33,7 +33,7 @@ class StateRestoreListener:
     """Told about the restore of each store of a task; every method does nothing by default.
 
     Offsets are changelog offsets: a restore replays ``[start_offset, end_offset)``, the end
-    being the position the task's last committed micro-batch recorded for the store.
+    being the position the task's last commit recorded for the store.
     """
 
     def on_restore_start(

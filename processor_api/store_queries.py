@@ -76,7 +76,7 @@ def read_store(
     """The committed contents of ``store``, read from its changelog: an iterator of ``KeyValue``.
 
     Needs neither the running application nor its state directory: every changelog partition
-    is read up to the changelog offset of its task's last committed micro-batch (recorded in
+    is read up to the changelog offset of its task's last commit (recorded in
     the task's commit marker), records of aborted transactions and of batches not committed
     yet excluded, tombstones applied. Entries come partition by partition, in key order within
     one, typed as the store's processors see them (``KeyValue(Windowed(key, window), value)``

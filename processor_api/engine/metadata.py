@@ -1,4 +1,4 @@
-"""The task state persisted between micro-batches (in Spark's GroupState) and restarts."""
+"""The task state persisted by every commit (commit markers, Spark's GroupState) across epochs and restarts."""
 
 from __future__ import annotations
 

@@ -377,14 +377,6 @@ class Task:
         self.undo.forget_reads()
         return self._wall_queue.may_punctuate(self.clock() if now is None else now, self._fire)
 
-    def wall_clock_intervals(self) -> list[int]:
-        """The intervals (ms) of the live WALL_CLOCK_TIME schedules, smallest first."""
-        return sorted(
-            schedule.state.interval
-            for schedule in self._schedules.values()
-            if schedule.state.type is PunctuationType.WALL_CLOCK_TIME and not schedule.cancelled
-        )
-
     def next_wall_clock_due(self) -> int | None:
         """When the next WALL_CLOCK_TIME punctuation is due (None: no schedule)."""
         return self._wall_queue.next_due()

@@ -26,8 +26,8 @@ the broker already filtered. On Tansu a marker written by a transaction that the
 visible too, but a downstream task never reads that batch's records before the upstream has
 done the batch again: they lie past the repartition partition's last stable offset until the
 upstream's new producer fences the open transaction, which happens in the upstream task's
-next micro-batch; that micro-batch ends (its marker naming the new writer committed, the old
-marker passed over by recovery, see ``runtime/guarantee.py``) before the next one is planned.
+rebuilt incarnation; its first commit (its marker naming the new writer, the old marker
+passed over by recovery, see ``runtime/guarantee.py``) makes the redone records readable.
 """
 
 from __future__ import annotations

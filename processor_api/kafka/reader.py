@@ -50,7 +50,7 @@ class PartitionReader:
     """Reads bounded ranges ``[start, end)`` of partitions with one consumer.
 
     The consumer never joins a group and never commits; it is assigned to one partition per
-    :meth:`read` and may be reused for the next range (a task keeps one across micro-batches).
+    :meth:`read` and may be reused for the next range.
     ``client`` names the client in logs; ``fetch`` (tuning) and the user's consumer settings
     (``kafka``, which win) go on top of the defaults, and the settings the reader relies on
     cannot be overridden. ``fail_on_data_loss=False`` starts a range whose first offsets are
@@ -109,17 +109,6 @@ class PartitionReader:
             stall_timeout_s=self.stall_timeout_s,
             source=self.bootstrap_servers,
         )
-
-    def high_watermark(self, topic: str, partition: int) -> int | None:
-        """The partition's high watermark as the last fetch response of this reader saw it
-        (no broker round trip; None if it never fetched the partition). ListOffsets would be
-        wrong on the embedded broker (``offsets.py``)."""
-        if self._consumer is None:
-            raise RuntimeError("the partition reader is closed")
-        _, high = self._consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), cached=True
-        )
-        return high if high is not None and high >= 0 else None
 
     def read_to_end(self, starts: Mapping[tuple[str, int], int]) -> Iterator[PartitionBatch]:
         """Read every partition of ``starts`` from its start offset to its current end

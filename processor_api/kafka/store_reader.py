@@ -1,9 +1,9 @@
 """Reading a store's committed contents from its changelog, without the application.
 
 Every logged store is a compacted changelog ``<application.id>-<store>-changelog`` whose
-partition ``p`` is written by task ``<sub-topology>_p``. After each micro-batch a task makes
-durable, it writes a commit marker (``<application.id>-task-commits``, the task's partition)
-whose metadata holds, per store, the changelog end offset that batch reached -- under both
+partition ``p`` is written by task ``<sub-topology>_p``. With each commit (every
+``commit.interval.ms``), a task writes a commit marker (``<application.id>-task-commits``, the task's partition)
+whose metadata holds, per store, the changelog end offset that commit reached -- under both
 processing guarantees. So the committed contents of a store partition are its changelog read
 up to the offset in the task's last marker:
 
@@ -33,7 +33,7 @@ What this excludes, and why it holds on Apache Kafka as on the embedded broker:
   and the retry rewrites the same keys after them.
 
 Each partition is read at the last batch its task committed; partitions of different tasks can
-be at different micro-batches (as a Kafka Streams instance's stores are at different commits).
+be at different commits (as a Kafka Streams instance's stores are).
 """
 
 from __future__ import annotations

@@ -1,18 +1,19 @@
 """Exactly-once plumbing: one transactional producer per task, and commit markers.
 
-Under ``exactly_once_v2`` each task's micro-batch is one Kafka transaction with
+Under ``exactly_once_v2`` each task's work between two commits is one Kafka transaction with
 ``transactional.id = "<application.id>-<task>"`` (stable per task, so a restarted attempt
 fences its zombie). The transaction holds the batch's sink records, its changelog records
 and one *commit marker*: a record on ``<application.id>-task-commits`` (partition = the task's
 index, key = task id) whose value is the task metadata after the batch (input positions,
 stream time, punctuation schedules, changelog offsets, batch sequence number).
 
-Spark commits its own progress (source offsets and GroupState) only after the task function
-returned. If the transaction committed but Spark did not (a crash in between), Spark re-runs
-the batch with the old GroupState; the task then finds a newer committed marker, adopts it,
-and skips every record the marker says was processed: nothing is produced twice.
+Spark commits its own progress (the epoch and GroupState) only after the epoch's task call
+returned, long after the commits inside the epoch. If a transaction committed but Spark did not
+(a crash in between), Spark re-runs the epoch with the old GroupState; the task then finds a
+newer committed marker, adopts it, and skips every record the marker says was processed:
+nothing is produced twice.
 
-A task may run in a different Python worker each batch. A producer is re-initialized
+A task's epochs may come through different Python workers. A producer is re-initialized
 (``init_transactions``, which fences any other instance) whenever the task is (re)built
 (:meth:`TransactionalProducers.renew`): a task is rebuilt whenever the state Spark hands over is
 not the one this process committed, which is the case after any other instance ran it, whether

@@ -1,5 +1,5 @@
 """The global stores of one task host, kept current from their topics (Kafka Streams'
-``GlobalStreamThread`` and ``GlobalStateManagerImpl``, run between micro-batches).
+``GlobalStreamThread`` and ``GlobalStateManagerImpl``, run inside the task's poll loop).
 
 Each task host keeps its own copy of every global store under ``<task dir>/global`` (why, and
 what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
@@ -9,8 +9,9 @@ bounded read (``kafka.reader.read_to_end``), hands the records to the global pro
 (:class:`~processor_api.engine.global_task.GlobalTask`), flushes the stores and writes the
 checkpoint. The task runner calls it before the task is built (the
 first call restores the stores: records with a null key are skipped, as in Kafka Streams'
-global restore) and before every micro-batch, so a batch sees every global record that was
-committed when it started.
+global restore) and then at most every second from the task's poll loop
+(``epoch_runner.GLOBAL_CATCH_UP_S``), so a task sees global records about a second after they
+were committed.
 """
 
 from __future__ import annotations

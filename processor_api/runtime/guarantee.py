@@ -1,6 +1,6 @@
-"""The processing guarantee as a strategy: how a task's micro-batch is made durable.
+"""The processing guarantee as a strategy: how a task's work between two commits is made durable.
 
-Both strategies see the same life of a batch (Kafka Streams' ``StreamsProducer`` with
+Both strategies see the same life of a commit's batch of work (Kafka Streams' ``StreamsProducer`` with
 ``StreamTask.prepareCommit`` / ``postCommit``)::
 
     metadata = guarantee.recover(metadata)   # when the task is (re)built
@@ -391,7 +391,7 @@ def _returning_within(limit_s: float, call: Callable[[], None], what: str) -> No
 
 
 class ExactlyOnce:
-    """One Kafka transaction per task and micro-batch, with a commit marker inside."""
+    """One Kafka transaction per task and commit interval, with a commit marker inside."""
 
     isolation_level = "read_committed"
 

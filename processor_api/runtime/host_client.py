@@ -1,9 +1,9 @@
 """Talking to task hosts: finding or starting a task's host process, requests, closing hosts.
 
 Every task runs in a host process of its own on the executor (``task_host.py``), which keeps
-the task alive between micro-batches. Spark's Python worker that gets the task's group in a
-micro-batch only forwards the request: pyspark hands groups to whichever worker is free, so
-the task cannot live in a worker.
+the task alive across epochs. Spark's Python worker that gets the task's group in an epoch
+only forwards the request and stays connected: pyspark hands groups to whichever worker is
+free, so the task cannot live in a worker.
 
 A host listens on an abstract Unix socket (no file, no path length limit) named after the
 task directory and the pyspark daemon that started it; it writes that name to
@@ -27,7 +27,7 @@ from typing import Any
 
 from processor_api import errors
 from processor_api.errors import StreamsError, TaskTimeoutError
-from processor_api.runtime.protocol import EpochAlive
+from processor_api.runtime.protocol import CloseRequest, EpochAlive, ErrorReply
 
 HOST_FILE = ".host"
 START_TIMEOUT_S = 60.0
@@ -150,8 +150,8 @@ def exchange(
 
     A host that is closing (the end of a run, or letting the task go to another host) drops
     the connections that reached it just before it stopped listening, unread; such a request
-    is sent again, to a new host. Sending a batch twice is safe: a task adopts its last commit
-    marker and skips what that says was processed, as when Spark re-runs a batch.
+    is sent again, to a new host. Sending an epoch twice is safe: a task adopts its last commit
+    marker and skips what that says was processed, as when Spark re-runs an epoch.
     """
     failure = "it closed the connection without a reply"
     for _ in range(attempts):
@@ -190,18 +190,15 @@ def _check_not_stuck(
 
 
 def _what(message: Any) -> str:
-    if isinstance(message, dict):
-        return repr(message.get("op"))
     return type(message).__name__
 
 
 def raise_remote_error(reply: Any) -> None:
-    """Raise the error a host reported (an ``ErrorReply``, or the micro-batch protocol's
-    dict), as the same processor_api error type when there is one."""
-    if isinstance(reply, dict):
-        name, text, trace = reply["error_type"], reply["message"], reply["traceback"]
-    else:
-        name, text, trace = reply.error_type, reply.message, reply.traceback
+    """Raise the error a host reported (an :class:`ErrorReply`), as the same processor_api
+    error type when there is one; any other reply is an error of its own."""
+    if not isinstance(reply, ErrorReply):
+        raise StreamsError(f"a task host answered with an unexpected {type(reply).__name__}")
+    name, text, trace = reply.error_type, reply.message, reply.traceback
     cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, StreamsError):
         error = cls.__new__(cls)
@@ -226,7 +223,7 @@ def close_hosts(state_dir: str | os.PathLike[str], application_id: str, task_ids
         except OSError:
             continue
         try:
-            reply = request(name, {"op": "close"}, timeout_s=120.0)
+            reply = request(name, CloseRequest(), timeout_s=120.0)
         except (OSError, ConnectionError):
             continue
         if reply is not None:

@@ -1,5 +1,5 @@
-"""Kafka messages of planned ranges as the engine's input records (tasks and global stores),
-and a task's input: its reader and the check that keeps aborted repartition records out."""
+"""Kafka messages as the engine's input records (tasks and global stores), and what a task
+keeps of its polled input: the check that keeps aborted repartition records out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from processor_api.engine.records import InputRecord
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import CommittedBatches, split_stamp
 from processor_api.kafka.client_config import KafkaClientConfig
-from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
 from processor_api.kafka.transaction_ends import RELEASE_HEADER
 from processor_api.logging import get_logger
 
@@ -40,17 +39,6 @@ def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> lis
                 () if headers is None else tuple(headers),
             )
         )
-    return records
-
-
-def read_ranges(reader: PartitionReader, ranges: Iterable[Any]) -> list[InputRecord]:
-    """Every record of the planned ``ranges`` (``topic``, ``partition``, ``start``, ``end``),
-    in offset order per range."""
-    records: list[InputRecord] = []
-    for planned in ranges:
-        topic, partition = planned.topic, planned.partition
-        for messages in reader.read(topic, partition, planned.start, planned.end):
-            records.extend(to_input_records(topic, partition, messages))
     return records
 
 
@@ -98,16 +86,15 @@ def drop_aborted(
 
 
 class TaskInput:
-    """A task's input for as long as it lives: one reader of its planned ranges, and (under
-    exactly-once with repartition inputs) what upstream tasks committed, so records of their
-    aborted transactions are dropped (``kafka/batch_stamps.py``)."""
+    """What a task keeps of its polled input, for as long as it lives: under exactly-once
+    with repartition inputs, what upstream tasks committed, so that records of their aborted
+    transactions are dropped (``kafka/batch_stamps.py``)."""
 
     def __init__(
         self,
         bootstrap_servers: str,
         task_id: str,
         *,
-        isolation_level: str,
         stamped_topics: frozenset[str],
         marker_topic: str,
         marker_partitions: dict[str, int],
@@ -116,30 +103,13 @@ class TaskInput:
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._task_id = task_id
-        self._isolation_level = isolation_level
         self._stamped_topics = stamped_topics
         self._marker_topic = marker_topic
         self._marker_partitions = marker_partitions
         self._checks = exactly_once and bool(stamped_topics)
         self._kafka = kafka
-        self.reader: PartitionReader | None = None
         self._batches: CommittedBatches | None = None
         self._log = get_logger("processor_api.task_runner", task=task_id)
-
-    def read(self, ranges: Iterable[Any]) -> list[InputRecord]:
-        """Every record of the planned ranges, as the engine's input records."""
-        ranges = list(ranges)
-        if not ranges:
-            return []
-        if self.reader is None:
-            self.reader = PartitionReader(
-                self._bootstrap,
-                f"task-{self._task_id}",
-                isolation_level=self._isolation_level,
-                fetch=LARGE_FETCH,
-                kafka=self._kafka,
-            )
-        return self.keep_committed(read_ranges(self.reader, ranges))
 
     def keep_committed(self, records: list[InputRecord]) -> list[InputRecord]:
         """``records`` without those an aborted upstream transaction wrote to a repartition
@@ -161,10 +131,7 @@ class TaskInput:
         return records
 
     def close(self) -> None:
-        """Close the reader and the marker reader (idempotent)."""
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
+        """Close the marker reader (idempotent)."""
         if self._batches is not None:
             self._batches.close()
             self._batches = None

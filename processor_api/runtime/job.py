@@ -23,7 +23,6 @@ class JobSpec:
     log_format: str = "console"
     producer_config: dict[str, Any] = field(default_factory=dict)
     flush_timeout_s: float = 60.0
-    wall_clock_timeouts: bool = True  # False for Trigger.AvailableNow (NoTimeout) queries
     bounded: bool = False  # the run stops at fixed end offsets (no waiting for data past them)
     task_ids: tuple[str, ...] = ()  # every task of the run, in order (commit marker partitions)
     kafka: KafkaClientConfig = field(default_factory=KafkaClientConfig)  # user client settings

@@ -12,12 +12,10 @@ as ``python -m processor_api.runtime.task_host NAME TASK_DIR DAEMON_PID LOG_FORM
   untouched (the query's stop may cancel it); ``CloseRequest`` (the run ended) and
   ``ReleaseRequest`` (another host on this machine wants the task) close the task and exit,
   after the host stopped listening, so no request queues behind a host that is about to
-  exit. The micro-batch protocol's ``batch``/``close``/``release`` dicts are served the same
-  way;
+  exit;
 * between two epochs of a continuous run goes on processing for up to ``EPOCH_GAP_S``
   (committed by the next epoch, dropped if none comes), so records arriving while Spark plans
-  the next epoch are not held up; between micro-batches it fires due wall-clock punctuations
-  (``TaskRunner.punctuate_due``);
+  the next epoch are not held up;
 * takes the task directory's lock on its first request and holds it until it closes, asking a
   previous owner on this machine to release the task first;
 * exits when the pyspark daemon that started it is gone (the executor ended or was killed),
@@ -79,38 +77,10 @@ class TaskHost:
         self._publisher: MetricsPublisher | None = None  # the run asked for metrics
         self.stopping = threading.Event()  # a close or release request is queued
 
-    def handle(self, message: Any) -> tuple[Any, bool]:
-        """The reply to one request, and whether the host should exit afterwards."""
-        if isinstance(message, CloseRequest | ReleaseRequest):
-            self._close()
-            return OkReply(), True
-        op = message.get("op")
-        if op == "batch":
-            return self._batch(message), False
-        if op in ("close", "release"):
-            self._close()
-            return {"ok": True}, True
-        return {"ok": False, "error_type": "StreamsError", "message": f"unknown op {op!r}",
-                "traceback": ""}, False  # fmt: skip
-
-    def _batch(self, message: dict[str, Any]) -> dict[str, Any]:
-        spec: JobSpec = message["spec"]
-        task_id: str = message["task_id"]
-        try:
-            if self.runner is not None and self.runner.spec.run_id != spec.run_id:
-                self._close()  # a new run of the same application: the task starts afresh
-            if self.runner is None:
-                self.runner = self._open(spec, task_id)
-            result = self.runner.run_batch(message["state"], message["ranges"])
-            return {"ok": True, "result": result, "inits": self.runner.inits}
-        except BaseException as exc:  # noqa: BLE001 - reported to the worker, which raises it
-            # the runner has dropped its task; it rebuilds it on the next batch
-            return {  # the micro-batch protocol's reply
-                "ok": False,
-                "error_type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": traceback.format_exc(),
-            }
+    def handle(self, message: CloseRequest | ReleaseRequest) -> OkReply:
+        """Close the task (the host exits after answering)."""
+        self._close()
+        return OkReply()
 
     def epoch(self, request: EpochRequest, connection: socket.socket) -> tuple[Any, float | None]:
         """Run one epoch while ``connection`` (the Spark task) is up; the reply (None when
@@ -221,19 +191,10 @@ class TaskHost:
                 "task_taken_over", previous_host=holder
             )
             try:
-                request(holder, {"op": "release"}, timeout_s=LOCK_TIMEOUT_S)
+                request(holder, ReleaseRequest(), timeout_s=LOCK_TIMEOUT_S)
             except (OSError, ConnectionError):
                 pass  # it is gone or going; the lock tells
         return TaskLock(self.task_dir, task_id).__enter__()
-
-    def seconds_to_next_punctuation(self) -> float | None:
-        """How long the host may wait for a request before a punctuation is due."""
-        return None if self.runner is None else self.runner.seconds_to_next_punctuation()
-
-    def punctuate_due(self) -> None:
-        """Between requests: fire the wall-clock punctuations that are due."""
-        if self.runner is not None:
-            self.runner.punctuate_due()
 
     def close(self) -> None:
         """Close the task (if any) and the metrics publisher."""
@@ -297,6 +258,11 @@ def _error_reply(exc: BaseException) -> ErrorReply:
     return ErrorReply(type(exc).__name__, str(exc), traceback.format_exc())
 
 
+def _error_reply_for(message: Any) -> ErrorReply:
+    """The reply to a message this host does not serve (a client of another version)."""
+    return ErrorReply("StreamsError", f"a task host serves no {type(message).__name__}", "")
+
+
 def _watch(daemon_pid: int) -> None:
     """Exit when the pyspark daemon that started this host is gone."""
     while True:
@@ -311,8 +277,8 @@ def _watch(daemon_pid: int) -> None:
 
 #: A host that gets no request for this long closes its task and exits: Spark runs the task
 #: elsewhere now, or the run ended without closing its hosts (a killed driver). Epochs
-#: (60 s by default) and micro-batches come far more often; a task that does come back after
-#: this reopens its stores from the local checkpoint.
+#: (60 s by default) come far more often; a task that does come back after this reopens its
+#: stores from the local checkpoint.
 IDLE_RELEASE_S = 300.0
 
 #: How long a host goes on processing after an epoch while the next one has not come
@@ -322,9 +288,7 @@ EPOCH_GAP_S = 15.0
 
 
 def _is_stop(message: Any) -> bool:
-    if isinstance(message, CloseRequest | ReleaseRequest):
-        return True
-    return isinstance(message, dict) and message.get("op") in ("close", "release")
+    return isinstance(message, CloseRequest | ReleaseRequest)
 
 
 def _accept(server: socket.socket, host: TaskHost, requests: queue.Queue) -> None:
@@ -388,21 +352,20 @@ def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
         if idle_left <= 0:
             _release_idle(server, acceptor, host, requests, time.monotonic() - last_request)
             return
-        wait_s = host.seconds_to_next_punctuation()
         try:
             # a timeout of 0 would make get() non-blocking; 1 ms keeps it a wait
-            message, connection = requests.get(
-                timeout=max(idle_left if wait_s is None else min(wait_s, idle_left), 0.001)
-            )
+            message, connection = requests.get(timeout=max(idle_left, 0.001))
         except queue.Empty:
-            host.punctuate_due()
             continue
+        reply: Any
         with connection:
             if isinstance(message, EpochRequest):
                 reply, gap_until = host.epoch(message, connection)
                 exit_after = False
+            elif _is_stop(message):
+                reply, exit_after = host.handle(message), True
             else:
-                reply, exit_after = host.handle(message)
+                reply, exit_after = _error_reply_for(message), False
             if reply is not None:
                 try:
                     send_message(connection, reply)

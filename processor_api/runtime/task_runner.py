@@ -1,36 +1,25 @@
-"""One task for as long as it lives on this executor: the micro-batch life, top to bottom.
+"""One task for as long as it lives on this executor: what its epochs share.
 
-A :class:`TaskRunner` lives in the task's host process (``task_host.py``) and keeps, between
-micro-batches, what Kafka Streams' stream thread keeps: the processors (``init`` ran once),
-the open stores, the producer and a consumer. A micro-batch is::
+A :class:`TaskRunner` lives in the task's host process (``task_host.py``) and keeps, across
+epochs, what Kafka Streams' stream thread keeps for a task: the processors (``init`` ran
+once), the open stores, the producer and the guarantee. This class builds the task and tears
+it down; :class:`~processor_api.runtime.epoch_runner.EpochTaskRunner` runs its poll loop and
+commits::
 
-    resume      the runner's last committed metadata == the state Spark hands over? reuse;
-                otherwise drop the task (close) and rebuild it: recover (exactly-once: adopt a
-                committed marker), open and restore the stores, init the processors
-    read        exactly the planned offset ranges of its input partitions (confluent-kafka)
-    process     the engine: order, deserialize, process, stream-time and wall-clock punctuation
-    produce     changelog records (the last write per key); sink records went out as produced
-    commit      every record acknowledged (records the producer reports undeliverable go to
-                the production handler, ``delivery_failures.py``) -> the guarantee commits (a
-                transaction under exactly_once_v2) -> buffered store writes applied, local
-                checkpoint written
-    hand back   the new metadata, which Spark commits with the micro-batch
-
-Any failure drops the task (its uncommitted writes and transaction are abandoned, ``close``
-runs) and re-raises: Spark re-runs the micro-batch from the committed state.
-
-Between micro-batches of a continuous query, the host calls :meth:`TaskRunner.punctuate_due`
-when a wall-clock punctuation is due, as Kafka Streams' stream thread does between polls: the
-punctuation runs at once instead of at the next micro-batch. It opens the next batch early
-(under exactly-once its transaction), so its output is sent now and its store writes and
-schedule are committed with that batch; if that batch never commits (the query stops, the task
-moves), they are dropped with it and the punctuation fires again from the committed state.
+    rebuild     drop the current task, recover (exactly-once: adopt a newer committed marker),
+                open and restore the stores, init the processors
+    process     the engine: order, deserialize, process, stream-time and wall-clock punctuation,
+                in chunks so that a slow processor holds back no commit or punctuation due
+    produce     changelog records (the last write per key); sink records go out as produced
+    abandon     a failure drops the open transaction, the buffered store writes and the task
+                (``close`` runs): the next epoch rebuilds it from the committed state
+    close       the task leaves this process: processors, stores, producer, lock
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from processor_api.config import StreamsConfig
@@ -52,11 +41,6 @@ from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_sizes
 from processor_api.runtime.patience import Patience
-from processor_api.runtime.pending_input import (
-    HeldBackInput,
-    broker_lags,
-    waits_for_lagging_inputs,
-)
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.state.snapshots import TaskSnapshots
@@ -68,11 +52,6 @@ from processor_api.topology import SubTopology, Topology
 #: records fail first (the commit's wait, bounded by task.timeout.ms, ends before).
 DELIVERY_MARGIN_MS = 30_000
 
-#: Punctuations between micro-batches stop when no micro-batch came for this long (a stopped
-#: query, or a task that moved to another executor, must not keep firing here).
-BETWEEN_BATCHES_WINDOW_S = 30.0
-
-
 #: In a continuous loop, records are processed in chunks between looks at the clocks (a commit
 #: or a wall-clock punctuation due); a chunk's size adapts to take between these two times, as
 #: Kafka Streams adapts its records per iteration to its commit interval.
@@ -80,34 +59,8 @@ CHUNK_FAST_S, CHUNK_SLOW_S = 0.01, 0.05
 FIRST_CHUNK, MAX_CHUNK = 100, 10_000
 
 
-@dataclass(frozen=True)
-class InputRange:
-    """Offsets ``[start, end)`` of one input partition, as the source planned them."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What one micro-batch of a task did, and the metadata to hand to Spark."""
-
-    metadata_json: str
-    processed: int
-    outputs: int
-    changelog_records: int
-    restored: int
-    next_wall_clock_due: int | None
-    clock_ms: int
-    rebuilt: bool
-    next_idle_due: int | None = None  # max.task.idle.ms runs out, or idle stream time is due
-    dropped_records: int = 0  # undeliverable records the production handler dropped
-
-
 class TaskRunner:
-    """Runs every micro-batch of one task while this process owns it (see module docs)."""
+    """One task while this process owns it (see the module docs)."""
 
     def __init__(self, spec: JobSpec, topology: Topology, task_id: str, lock: TaskLock) -> None:
         self.spec = spec
@@ -151,16 +104,13 @@ class TaskRunner:
         self._committed_json: str | None = None
         self._commit_state = CommitState()
         self._changelog_positions: dict[str, int] = {}
-        self._held_back = HeldBackInput()
         self._batch_open = False
-        self._last_batch_end: float | None = None
         self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
         # repartition topics: written stamped (exactly-once), read with stamps checked
         self._internal_topics = frozenset(topology.internal_topics())
         self._input = TaskInput(
             spec.bootstrap_servers,
             task_id,
-            isolation_level=self._guarantee.isolation_level,
             stamped_topics=self._internal_topics & set(subtopology.source_topics),
             marker_topic=commit_marker_topic(self.app_id),
             marker_partitions={task: index for index, task in enumerate(spec.task_ids)},
@@ -192,136 +142,15 @@ class TaskRunner:
         )
         return make_guarantee(self.config.exactly_once, settings)
 
-    # ------------------------------------------------------------------ batch
-    def run_batch(self, state_json: str | None, ranges: list[InputRange]) -> BatchResult:
-        """One micro-batch: resume or rebuild, read, process, produce, commit."""
-        rebuilt = False
-        restored = 0
-        if self._task is not None and state_json != self._committed_json:
-            self._abandon_open_batch()
-        if self._task is None or state_json != self._committed_json:
-            restored = self._rebuild_waiting(TaskMetadata.from_json(state_json))
-            rebuilt = True
-        task, stores, collector = self._task, self._stores, self._collector
-        failures = self._delivery_failures
-        assert task is not None and stores is not None and collector is not None
-        assert failures is not None
-        guarantee = self._guarantee
-        sent_before, dropped_before = collector.sent, failures.dropped
-        processed_before = task.records_processed
-        try:
-            self._open_batch()
-            if self._global is not None:
-                global_stores = self._global
-                self._patience.call(
-                    "global store reader", "the records of the global stores' topics",
-                    lambda: global_stores.before_batch(collector.send),
-                )  # fmt: skip
-            reread = self._held_back.reread(ranges) if rebuilt else []
-            records = self._input.read(
-                [InputRange(t, self.partition, a, b) for t, a, b in reread] + ranges
-            )
-            if waits_for_lagging_inputs(task, self.spec.bounded):
-                lags = broker_lags(self._input.reader, ranges, self.subtopology.source_topics)
-                task.update_lags(lags)
-            self._process(task, records)
-            pending = self._held_back.after_batch(task, ranges)
-            commit_started = time.monotonic()
-            changelog_count = self._produce_changelogs(task, collector)
-            guarantee.flush(failures)
-            positions = self._acked_changelog_positions(task)
-            task.set_changelog_offsets(positions)
-            metadata = replace(task.metadata(), commit=self._commit_state)
-            metadata = guarantee.commit(
-                metadata, self._held_back.group_offsets(ranges, pending, self.partition)
-            )
-            stores.commit(positions)
-        except BaseException:
-            self._log.warning("task_batch_failed", buffered_writes_dropped=self._abandon_batch())
-            raise
-        self._committed_metrics(task, stores, failures, time.monotonic() - commit_started)
-        self._batch_open = False
-        self._last_batch_end = time.monotonic()
-        self._commit_state = metadata.commit
-        self._changelog_positions = dict(positions)
-        self._committed_json = metadata.to_json()
-        self._held_back.committed(pending)
-        return BatchResult(
-            metadata_json=self._committed_json,
-            processed=task.records_processed - processed_before,
-            outputs=collector.sent - sent_before,
-            changelog_records=changelog_count,
-            restored=restored,
-            next_wall_clock_due=task.next_wall_clock_due(),
-            clock_ms=task.clock(),
-            rebuilt=rebuilt,
-            dropped_records=failures.dropped - dropped_before,
-            next_idle_due=min(
-                (
-                    due
-                    for due in (task.next_idle_deadline(), task.next_idle_advance_due())
-                    if due is not None
-                ),
-                default=None,
-            ),
-        )
-
-    # ------------------------------------------------------- between batches
-    def seconds_to_next_punctuation(self) -> float | None:
-        """How long until a wall-clock punctuation is due here (None: nothing to wait for)."""
-        task = self._task
-        if not self._fires_between_batches() or task is None:
-            return None
-        due = task.next_wall_clock_due()
-        if due is None:
-            return None
-        return max(0.0, (due - task.clock()) / 1000)
-
-    def punctuate_due(self) -> bool:
-        """Fire the due wall-clock punctuations now, between micro-batches (see module docs).
-
-        A failure drops the task and is logged, not raised: the next micro-batch rebuilds the
-        task from the committed state and fails there, visibly, if the punctuation fails again.
-        """
-        task = self._task
-        if not self._fires_between_batches() or task is None:
-            return False
-        due = task.next_wall_clock_due()
-        if due is None or due > task.clock():
-            return False
-        try:
-            self._open_batch()
-            return self._punctuate_wall_clock(task)
-        except BaseException as exc:  # noqa: BLE001 - reported by the next micro-batch
-            self._log.warning(
-                "punctuation_between_batches_failed",
-                error=f"{type(exc).__name__}: {exc}",
-                buffered_writes_dropped=self._abandon_batch(),
-            )
-            return False
-
-    def _fires_between_batches(self) -> bool:
-        last = self._last_batch_end
-        return (
-            self.spec.wall_clock_timeouts
-            and last is not None
-            and time.monotonic() - last < BETWEEN_BATCHES_WINDOW_S
-        )
-
-    def _process(
-        self, task: Task, records: list[Any], busy_until: float | None = None
-    ) -> tuple[int, bool]:
-        """Process ``records`` (a poll batch or a micro-batch's ranges), until ``busy_until``
-        (monotonic; None: all of them) and punctuate, with the task's metrics updated once for
-        the batch; (processed, punctuated or advanced)."""
+    def _process(self, task: Task, records: list[Any], busy_until: float) -> tuple[int, bool]:
+        """Process ``records`` (what a poll returned) until ``busy_until`` (monotonic) and
+        punctuate, with the task's metrics updated once for the poll; (processed, punctuated
+        or advanced)."""
         collector = self._collector
         assert collector is not None
         sent_before = collector.sent
         started = time.perf_counter()
-        if busy_until is None:
-            processed = task.process_batch(records)
-        else:
-            processed = self._process_in_chunks(task, records, busy_until)
+        processed = self._process_in_chunks(task, records, busy_until)
         elapsed_s = time.perf_counter() - started
         fired = self._punctuate_wall_clock(task)
         advanced = task.advance_idle_stream_time()
@@ -384,10 +213,10 @@ class TaskRunner:
                 )
 
     def _abandon_open_batch(self) -> None:
-        """Drop what a punctuation between batches left uncommitted, if anything."""
+        """Drop what the task did since its last commit, if anything (it is rebuilt)."""
         if self._batch_open:
             dropped = self._abandon_batch()
-            self._log.info("uncommitted_punctuation_dropped", buffered_writes_dropped=dropped)
+            self._log.info("uncommitted_work_dropped", buffered_writes_dropped=dropped)
 
     def _abandon_batch(self) -> int:
         """Drop the open batch and the task; returns how many buffered writes were dropped."""
@@ -468,7 +297,6 @@ class TaskRunner:
         self.inits += 1
         self._commit_state = metadata.commit
         self._changelog_positions = dict(metadata.changelog_offsets)
-        self._held_back.restore(metadata.extra)
         self._committed_json = metadata.to_json()
         return sum(restored.values())
 
@@ -530,7 +358,7 @@ class TaskRunner:
         return count
 
     def _acked_changelog_positions(self, task: Task) -> dict[str, int]:
-        """Per store, the changelog end offset after this batch's acknowledged records."""
+        """Per store, the changelog end offset after this commit's acknowledged records."""
         acked = self._guarantee.producer.acked_end_offsets()
         positions = dict(self._changelog_positions)
         for store_name in task.stores:

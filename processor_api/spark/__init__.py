@@ -1,6 +1,6 @@
-"""The Spark runtime: the runner (driver side), the task function (executor side), the data
-sources and the task keys. The only package that ties ``engine``, ``state`` and ``kafka`` to
-Spark."""
+"""The Spark side: the runner (driver), the epochs' source rows and the task function
+(``epoch_function``, executor side), the task keys and the store source. The only package that
+ties ``engine``, ``state``, ``kafka`` and ``runtime`` to Spark."""
 
 from typing import Any
 

@@ -12,6 +12,7 @@ cancels the task), the host drops what it has not committed.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -22,13 +23,20 @@ import pandas as pd
 
 from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
-from processor_api.logging import get_logger
+from processor_api.logging import configure_logging, get_logger
 from processor_api.runtime.host_client import exchange, raise_remote_error
 from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
-from processor_api.spark.task_function import worker_setup
 from processor_api.spark.task_keys import task_id_of
 from processor_api.state.manager import task_directory
+
+OUTPUT_SCHEMA = (
+    "task string, records long, outputs long, changelog_records long, restored long, "
+    "stream_time long, positions string, duration_ms double, pid int, inits int, lag long"
+)
+STATE_SCHEMA = "metadata string"
+
+_configured: set[str] = set()
 
 #: Beyond ``task.timeout.ms`` (the longest the host's loop may wait for the broker), how long
 #: a call waits for a message from its host (which sends one every few seconds).
@@ -39,6 +47,16 @@ def loop_patience_s(task_timeout_s: float) -> float:
     """How long the host's loop may stand still before the epoch's call fails: the task's
     ``task.timeout.ms`` plus as much again, at most ``ANSWER_GRACE_S`` more."""
     return task_timeout_s + min(task_timeout_s, ANSWER_GRACE_S)
+
+
+def worker_setup(spec: JobSpec) -> None:
+    """Once per run in each Python worker: the run's log format, and ``gc.freeze()``."""
+    if spec.run_id not in _configured:
+        configure_logging(spec.log_format)
+        # pyspark's worker daemon runs gc.collect() after every Spark task; freezing what is
+        # alive now (pyspark, pandas, pyarrow) takes it out of every later collection
+        gc.freeze()
+        _configured.add(spec.run_id)
 
 
 def _epoch(frames: Iterator[pd.DataFrame]) -> int:
@@ -98,7 +116,6 @@ def run_epoch(
             "positions": [json.dumps(metadata.input_positions, sort_keys=True)],
             "duration_ms": [duration_ms],
             "pid": [os.getpid()],
-            "timed_out": [False],
             "inits": [reply.inits],
             "lag": pd.Series([reply.lag], dtype="Int64"),
         }

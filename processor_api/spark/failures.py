@@ -42,15 +42,6 @@ def failure_details(exc: BaseException) -> str:
     return text
 
 
-def source_planner_died(error: StreamsError) -> bool:
-    """Whether a query failed because the Python process that plans its Python data source's
-    batches on the driver (``PythonStreamingSourceRunner``) died: the JVM reads end of file
-    where the planner's answer should be. No batch ran since its last commit, so the query can
-    start again from its checkpoint."""
-    details = getattr(error, "details", "") or ""
-    return "PythonStreamingSourceRunner" in details and "EOFException" in details
-
-
 def query_failed(exc: BaseException) -> StreamsError:
     """The one-line error of a failed query; ``details`` holds the full text."""
     error = StreamsError(f"the streaming query failed: {explain_failure(exc)}")

@@ -177,7 +177,7 @@ class MetricsFeed:
 class RunCollector(Collector):
     """Exposes a :class:`MetricsFeed`'s state (and the Spark query's progress) to Prometheus.
 
-    ``spark_batches``: how many batches (micro-batches or epochs) Spark has completed.
+    ``spark_batches``: how many batches (epochs) Spark has completed.
     """
 
     def __init__(self, feed: MetricsFeed, spark_batches: Callable[[], int] | None = None) -> None:
@@ -219,7 +219,7 @@ class RunCollector(Collector):
         if self._spark_batches is not None:
             batches = CounterMetricFamily(
                 "processor_api_spark_batches",
-                "Batches (micro-batches, or epochs) the Spark query completed",
+                "Batches (epochs) the Spark query completed",
             )
             batches.add_metric([], self._spark_batches())
             yield batches

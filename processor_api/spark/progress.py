@@ -117,11 +117,9 @@ OBSERVED = "processor_api"
 
 def observed(results: Any) -> Any:
     """``results`` (one row per task and batch) with the run's figures observed for Spark's
-    progress: ``query.lastProgress["observedMetrics"]["processor_api"]`` holds, per batch
-    (micro-batch or epoch), the records processed, outputs, changelog records, records
-    restored, tasks, (epochs) the lag left at the epoch's end, and the longest task call
-    (``max_task_ms``). Python data sources cannot report custom metrics in pyspark 4, hence
-    ``observe`` on the rows the tasks return."""
+    progress: ``query.lastProgress["observedMetrics"]["processor_api"]`` holds, per epoch,
+    the records processed, outputs, changelog records, records restored, tasks, the lag left
+    at the epoch's end, and the longest task call (``max_task_ms``)."""
     from pyspark.sql import functions as F
 
     return results.observe(
@@ -137,7 +135,7 @@ def observed(results: Any) -> Any:
 
 
 def log_batch_timings(query: Any) -> None:
-    """Where each micro-batch's time went, as Spark measured it (``durationMs``)."""
+    """Where each epoch's time went, as Spark measured it (``durationMs``)."""
     for progress in query.recentProgress or []:
         durations = progress.get("durationMs") or {}
         _log.debug(

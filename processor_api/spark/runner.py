@@ -1,23 +1,15 @@
 """Runs a topology on Spark Structured Streaming (driver side).
 
-One streaming query per run. In epochs (the default, ``epochs.py``)::
+One streaming query per run, in epochs (``epochs.py``)::
 
     Spark's rate-micro-batch source: one row per task per epoch (no offsets cross Spark)
         -> groupBy(task).applyInPandasWithState(run_epoch, NoTimeout): each task's call hands
            the epoch to its host, which runs Kafka Streams' poll loop until the epoch ends
         -> foreachBatch: per-epoch statistics (logged), positions for --available-now
 
-With ``--micro-batches`` (deprecated)::
-
-    Kafka source (every source topic, repartition topics included)   ∪   task bootstrap rows
-        -> column task = the group key of task "<subtopology>_<partition>" (task_keys.py:
-           the task id, salted so that the tasks spread over Spark's shuffle partitions)
-        -> groupBy(task).applyInPandasWithState(run_task, ProcessingTimeTimeout)
-        -> foreachBatch: per-batch statistics (logged), positions for --available-now
-
 ``GroupState`` holds each task's committed metadata (input positions, stream time,
-punctuation schedules, changelog offsets); in micro-batches the processing-time timeout wakes
-idle tasks so wall-clock punctuation fires without input.
+punctuation schedules, changelog offsets), which the task's host hands back at each epoch's
+end; the tasks' input offsets are committed to the consumer group with every commit.
 """
 
 from __future__ import annotations
@@ -45,13 +37,12 @@ from processor_api.logging import get_logger
 from processor_api.runtime.executor_dirs import state_dirs_here
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
-from processor_api.spark.failures import query_failed, source_planner_died
+from processor_api.spark.epoch_function import OUTPUT_SCHEMA, STATE_SCHEMA
+from processor_api.spark.failures import query_failed
 from processor_api.spark.progress import Progress, log_batch_timings, observed
-from processor_api.spark.resume import check_checkpoint_mode, resume_offsets
+from processor_api.spark.resume import check_checkpoint_mode
 from processor_api.spark.session import build_spark_session
 from processor_api.spark.settings import STOP_GRACE_S, RunResult, RunSettings
-from processor_api.spark.task_function import OUTPUT_SCHEMA, STATE_SCHEMA, run_task
-from processor_api.spark.trigger import choose_trigger_s
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -60,8 +51,6 @@ MAX_AVAILABLE_NOW_PASSES = 20
 #: How long an available-now run waits for repartition records past an open transaction: a
 #: broker aborts a transaction whose producer is gone after the transaction timeout (60 s).
 OPEN_TRANSACTION_WAIT_S = 90.0
-#: How often a query is started again after its source planner process died.
-MAX_PLANNER_RESTARTS = 3
 
 __all__ = ["RunResult", "RunSettings", "TopologyRunner", "build_spark_session", "run_topology"]
 
@@ -89,13 +78,8 @@ class TopologyRunner:
                 "processing_guarantee": settings.processing_guarantee,
             }
         )
-        _check_mode_settings(settings, self.config)
-        if not settings.epochs:
-            _log.warning(
-                "micro_batches_deprecated",
-                detail="the micro-batch runtime (--micro-batches) will be removed; runs in "
-                "epochs (the default) give the same results with outputs in milliseconds",
-            )
+        if settings.epoch_interval_s <= 0:
+            raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
             from processor_api.loader import load_topology
@@ -177,9 +161,7 @@ class TopologyRunner:
             checkpoint = str(Path(checkpoint).resolve())
         return f"{checkpoint.rstrip('/')}/state-snapshots"
 
-    def _job_spec(
-        self, wall_clock_timeouts: bool, bounded: bool = False, **epoch_fields: Any
-    ) -> JobSpec:
+    def _job_spec(self, bounded: bool = False, **epoch_fields: Any) -> JobSpec:
         pickled = None
         if self._topology_ref is None:
             from pyspark import cloudpickle
@@ -216,7 +198,6 @@ class TopologyRunner:
                 **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},
             },
             log_format=self.settings.log_format,
-            wall_clock_timeouts=wall_clock_timeouts,
             bounded=bounded,
             task_ids=tuple(self.plan.task_ids) if self.plan else (),
             kafka=self.kafka,
@@ -233,101 +214,8 @@ class TopologyRunner:
     ) -> Any:
         """Start the streaming query (prepares topics first if needed).
 
-        ``available_now`` uses Spark's ``Trigger.AvailableNow``: the query processes what the
-        topics hold when it starts (capped by ``end_offsets_cap``) and then stops by itself.
-        """
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
-        from processor_api.spark.bootstrap_source import TaskBootstrapSource
-        from processor_api.spark.kafka_source import KafkaRangeDataSource
-        from processor_api.spark.task_rows import task_rows
-
-        if self.settings.epochs:
-            return self._start_epochs(end_offsets_cap, available_now)
-        plan = self.plan or self.prepare()
-        check_checkpoint_mode(self.settings.resolved_checkpoint_dir, available_now)
-        if self._spark is None:
-            self._spark = build_spark_session(
-                self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
-            )
-        spark = self._spark
-        spark.dataSource.register(KafkaRangeDataSource)
-        spark.dataSource.register(TaskBootstrapSource)
-
-        reader = (
-            spark.readStream.format(KafkaRangeDataSource.name())
-            .option("bootstrap.servers", self.settings.bootstrap_servers)
-            .option("topics", ",".join(plan.source_topics))
-            .option(
-                "max.records.per.batch",
-                str(self.settings.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH),
-            )
-            .option(
-                "starting.offsets",
-                resume_offsets(
-                    self.settings.bootstrap_servers,
-                    self.config.application_id,
-                    self.settings.resolved_checkpoint_dir,
-                    plan,
-                    self.topology,
-                    self.kafka,
-                ),
-            )
-            .option("isolation.level", self.config.processing_guarantee.isolation_level)
-            .options(**{f"kafka.{k}": str(v) for k, v in self.kafka.settings.items()})
-        )
-        rows = task_rows(
-            spark, reader, plan, self.settings.resolved_checkpoint_dir, end_offsets_cap
-        )
-        # Trigger.AvailableNow never ends while a processing-time timeout asks for no-data
-        # batches, so bounded runs use NoTimeout; wall-clock punctuation is still checked
-        # whenever a task runs.
-        timeout = (
-            GroupStateTimeout.NoTimeout
-            if available_now
-            else GroupStateTimeout.ProcessingTimeTimeout
-        )
-        results = rows.groupBy("task").applyInPandasWithState(
-            partial(
-                run_task,
-                self._job_spec(
-                    wall_clock_timeouts=not available_now,
-                    bounded=available_now or end_offsets_cap is not None,
-                ),
-            ),
-            outputStructType=OUTPUT_SCHEMA,
-            stateStructType=STATE_SCHEMA,
-            outputMode="append",
-            timeoutConf=timeout,
-        )
-        writer = (
-            observed(results)
-            .writeStream.foreachBatch(self._progress.on_batch)
-            .option("checkpointLocation", self.settings.resolved_checkpoint_dir)
-            .queryName(re.sub(r"\W", "_", self.config.application_id))
-        )
-        if available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            trigger_s = self.settings.trigger_interval_s or choose_trigger_s(
-                self.topology, self.config
-            )
-            writer = writer.trigger(processingTime=f"{trigger_s} seconds")
-        self._query = writer.start()
-        _log.info(
-            "query_started",
-            application_id=self.config.application_id,
-            master=spark.sparkContext.master,
-            checkpoint=self.settings.resolved_checkpoint_dir,
-            state_dir=self.settings.state_dir,
-            guarantee=self.config.processing_guarantee.value,
-        )
-        return self._query
-
-    def _start_epochs(self, bounds: dict[tuple[str, int], int] | None, available_now: bool) -> Any:
-        """Start the query of a run in epochs (``epochs.py``, ``runtime/epoch_runner.py``).
-
-        ``available_now``: one epoch in which every task processes up to ``bounds``.
+        ``available_now``: one epoch (``Trigger.AvailableNow``) in which every task processes
+        up to ``end_offsets_cap``, then the query stops by itself.
         """
         from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -338,7 +226,7 @@ class TopologyRunner:
 
         plan = self.plan or self.prepare()
         checkpoint = self.settings.resolved_checkpoint_dir
-        check_checkpoint_mode(checkpoint, available_now, epochs=True)
+        check_checkpoint_mode(checkpoint)
         if self._spark is None:
             self._spark = build_spark_session(
                 self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
@@ -367,7 +255,6 @@ class TopologyRunner:
             for p in range(count)
         ]
         spec = self._job_spec(
-            wall_clock_timeouts=False,
             bounded=available_now,
             start_offsets=committed_offsets(
                 self.settings.bootstrap_servers,
@@ -379,7 +266,7 @@ class TopologyRunner:
         )
         end = EpochEnd(
             duration_s=None if available_now or bounded_epochs else self.settings.epoch_interval_s,
-            end_offsets=bounds if available_now else None,
+            end_offsets=end_offsets_cap if available_now else None,
             caught_up=bounded_epochs,
         )
         results = (
@@ -424,9 +311,9 @@ class TopologyRunner:
         """Run the topology.
 
         Continuous by default: until SIGTERM/SIGINT or :meth:`request_stop`, after which the
-        micro-batch in flight is allowed to finish. With ``available_now``: everything in the
+        running epochs end, each task committing what it processed. With ``available_now``: everything in the
         input topics at start goes through every sub-topology (repartition topics included),
-        then the run ends. Raises :class:`StreamsError` with the task's error if a batch fails.
+        then the run ends. Raises :class:`StreamsError` with the task's error if an epoch fails.
         """
         started = time.monotonic()
         self.plan or self.prepare()
@@ -505,42 +392,14 @@ class TopologyRunner:
         self._run_query(self.start)
 
     def _run_query(self, start: Callable[[], Any]) -> Any:
-        """Start a query and wait until it ends (a stop request stops it gracefully).
-
-        A query that failed because its source planner process died (seen once under load: a
-        segmentation fault in that process) is started again from its checkpoint, at most
-        :data:`MAX_PLANNER_RESTARTS` times, with a warning each time.
-        """
-        restarts = 0
-        while True:
-            query = start()
-            try:
-                while not self._await(query, 0.2):
-                    if self._stop_requested.is_set():
-                        self._graceful_stop()
-                        break
-                self._raise_if_failed(query)
-                return query
-            except StreamsError as exc:
-                if not source_planner_died(exc):
-                    raise
-                if restarts >= MAX_PLANNER_RESTARTS:
-                    error = StreamsError(
-                        f"the streaming query failed: Spark's Python process that plans the "
-                        f"Kafka source's batches ended unexpectedly ({restarts + 1} times; "
-                        f"java.io.EOFException in PythonStreamingSourceRunner; its own output, "
-                        f"e.g. a crash, is in the Spark log)"
-                    )
-                    error.details = exc.details
-                    raise error from None
-                restarts += 1
-                _log.warning(
-                    "source_planner_died",
-                    restart=restarts,
-                    max_restarts=MAX_PLANNER_RESTARTS,
-                    detail="Spark's Python process that plans the Kafka source's batches "
-                    "ended; the query starts again from its checkpoint",
-                )
+        """Start a query and wait until it ends (a stop request stops it gracefully)."""
+        query = start()
+        while not self._await(query, 0.2):
+            if self._stop_requested.is_set():
+                self._graceful_stop()
+                break
+        self._raise_if_failed(query)
+        return query
 
     @staticmethod
     def _await(query: Any, timeout_s: float) -> bool:
@@ -569,9 +428,8 @@ class TopologyRunner:
         )
         _log.info("available_now_targets", records=sum(cap.values()), partitions=len(cap))
         for attempt in range(1, MAX_AVAILABLE_NOW_PASSES + 1):
-            bounds = dict(cap)
-            if self.settings.epochs:  # this pass reads repartition topics up to their end now
-                bounds.update(self._repartition_ends())
+            # this pass reads repartition topics up to their end now
+            bounds = {**cap, **self._repartition_ends()}
             query = self._run_query(partial(self.start, end_offsets_cap=bounds, available_now=True))
             if self._stop_requested.is_set():
                 return
@@ -620,7 +478,7 @@ class TopologyRunner:
 
     def _repartition_backlog(self) -> list[PartitionBacklog]:
         """Repartition partitions the tasks have not read to their end: the group's committed
-        offsets (both runtimes commit them with every task commit) against the end offsets."""
+        offsets (every task commit commits them) against the end offsets."""
         assert self.plan is not None
         return group_backlog(
             self.settings.bootstrap_servers,
@@ -640,17 +498,18 @@ class TopologyRunner:
         self._stop_requested.set()
 
     def _graceful_stop(self) -> None:
-        """Stop the query between micro-batches when possible.
+        """End the running epochs, then stop the query between two batches when possible.
 
-        The batch in flight (if any) is allowed to complete (bounded by ``STOP_GRACE_S``); the
-        query is stopped right after the next progress report (timed epochs: once no trigger
-        is active, after the running epochs were ended). A batch interrupted anyway is not
-        committed: it is re-run on the next start.
+        Every task host is told to end its epoch (each task commits what it processed and
+        answers); the batch in flight is allowed to complete (bounded by ``STOP_GRACE_S``) and
+        the query is stopped once no trigger is active (bounded and available-now epochs:
+        after the batch in flight). Work a task did after its last commit in an epoch
+        interrupted anyway is done again on the next start.
         """
         query = self._query
         if query is None:
             return
-        if self.settings.epochs and self.plan is not None:
+        if self.plan is not None:
             from processor_api.spark.epochs import end_epochs
 
             ended = sum(
@@ -704,7 +563,7 @@ class TopologyRunner:
         """Stop the query if running, close the tasks, stop the SparkSession if this runner
         created it.
 
-        Tasks live in host processes between micro-batches (``task_host.py``); closing them
+        Tasks live in host processes across epochs (``task_host.py``); closing them
         runs the processors' ``close()``. Hosts on other machines exit with their executor.
         """
         if self._query is not None and self._query.isActive:
@@ -741,40 +600,7 @@ METRICS_INTERVAL_S = 1.0
 #: can delete them): the driver reads only new ones. 100 tasks send about 0.6 MB/s.
 METRICS_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "600000", "segment.ms": "60000"}
 
-#: Records of one micro-batch at most, unless ``max_records_per_batch`` says otherwise.
-DEFAULT_MAX_RECORDS_PER_BATCH = 200_000
-
-
-def _check_mode_settings(settings: RunSettings, config: StreamsConfig) -> None:
-    """Refuse settings that do not apply to the run's mode (nothing is silently ignored)."""
-    if settings.epochs:
-        given = [
-            flag
-            for flag, value in (
-                ("--trigger-interval", settings.trigger_interval_s),
-                ("--max-records-per-batch", settings.max_records_per_batch),
-            )
-            if value is not None
-        ]
-        if given:
-            raise ConfigError(
-                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
-                "micro-batch runs (--micro-batches) only; a run in epochs (the default) "
-                "processes records as they arrive and commits every commit.interval.ms "
-                "(--config commit.interval.ms=...)"
-            )
-        if settings.epoch_interval_s <= 0:
-            raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
-    elif config.commit_interval_ms is not None:
-        raise ConfigError(
-            "config key commit.interval.ms applies to runs in epochs (the default); with "
-            "--micro-batches a task commits when its micro-batch ends (--trigger-interval "
-            "sets how often)"
-        )
-
 
 def run_topology(topology: Topology | str, settings: RunSettings, **kwargs: Any) -> RunResult:
     """Convenience: plan, start and run a topology to completion."""
-    if settings.trigger_interval_s is not None and settings.trigger_interval_s <= 0:
-        raise ConfigError(f"trigger interval must be > 0 s, got {settings.trigger_interval_s}")
     return TopologyRunner(topology, settings, **kwargs).run()

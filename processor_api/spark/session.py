@@ -42,11 +42,9 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if quiet:
         os.environ.setdefault("PYTHONWARNINGS", "ignore")  # inherited by local workers
-    master = settings.master
-    if settings.epochs:  # every task holds a slot for its whole epoch
-        from processor_api.spark.epochs import local_master
+    from processor_api.spark.epochs import local_master
 
-        master = local_master(master, task_count)
+    master = local_master(settings.master, task_count)  # each task holds a slot for its epoch
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: How long stopping a query waits for the micro-batch in flight.
+#: How long stopping a query waits for the Spark batch (epoch) in flight to end.
 STOP_GRACE_S = 60.0
 
 
@@ -20,18 +20,10 @@ class RunSettings:
     checkpoint_dir: str | None = None
     master: str = "local[*]"
     processing_guarantee: str = "at_least_once"
-    #: Micro-batches only; None: chosen from the topology's wall-clock schedules
-    #: (``spark/trigger.py``).
-    trigger_interval_s: float | None = None
+    #: Process what the input topics hold at the start, then end (``--available-now``).
     available_now: bool = False
-    #: Run in long epochs (``runtime/epoch_runner.py``), the default; False: the deprecated
-    #: micro-batch runtime (``--micro-batches``), where ``trigger_interval_s`` and
-    #: ``max_records_per_batch`` apply.
-    epochs: bool = True
     #: Length of a continuous epoch (``--epoch-interval``); see the README's "Epochs".
     epoch_interval_s: float = 60.0
-    #: Micro-batches only: records of one micro-batch at most (None: 200,000).
-    max_records_per_batch: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     log_format: str = "console"
     spark_conf: dict[str, str] = field(default_factory=dict)

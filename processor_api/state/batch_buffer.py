@@ -1,4 +1,4 @@
-"""A layer that keeps one micro-batch's store writes in memory until the batch commits.
+"""A layer that keeps a task's store writes in memory until its next commit.
 
 The runtime puts it right above the innermost store, so RocksDB only ever holds committed
 state: reads see the batch's own writes, ``commit()`` applies them in one atomic write batch

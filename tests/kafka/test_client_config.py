@@ -243,20 +243,6 @@ def test_user_settings_override_the_runtime_defaults_but_not_its_required_keys(b
     assert config["enable.idempotence"] is True
 
 
-def test_the_source_options_carry_the_settings_per_role():
-    from processor_api.spark.kafka_source import KafkaSourceOptions
-
-    options = KafkaSourceOptions.from_options(
-        {
-            "bootstrap.servers": "h:1",
-            "topics": "t",
-            **{f"kafka.{key}": value for key, value in SETTINGS.items()},
-        }
-    )
-    assert options.kafka.for_role("consumer")["socket.timeout.ms"] == "32000"
-    assert options.kafka.for_role("admin")["client.id"] == "ops-admin"
-
-
 def test_job_spec_carries_the_settings_to_the_executors():
     import pickle
 

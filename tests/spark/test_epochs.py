@@ -1,5 +1,5 @@
-"""The rows that start a run's epochs, the slot sizing of runs in epochs, and the settings of
-the two runtimes (epochs, the default, and the deprecated micro-batches)."""
+"""The rows that start a run's epochs, the slot sizing of runs, the checkpoints a run refuses
+and the settings and flags it refuses (those of the removed micro-batch runtime among them)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
+from processor_api.cli import main
 from processor_api.errors import ConfigError
 from processor_api.spark.epochs import epoch_rows, local_master
 from processor_api.spark.resume import check_checkpoint_mode
@@ -45,44 +45,54 @@ def test_a_checkpoint_of_the_python_epoch_source_is_refused_with_what_to_do(tmp_
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "processor_api_mode").write_text("epochs\n")
     (checkpoint / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"epoch":4}\n')
-    with pytest.raises(ConfigError, match=r"earlier version.*Delete that directory"):
-        check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
+    with pytest.raises(ConfigError, match=r"earlier version.*delete that directory"):
+        check_checkpoint_mode(str(checkpoint))
     (checkpoint / "offsets" / "3").write_text(
         'v1\n{"batchWatermarkMs":0}\n{"offset":12,"timestamp":0}\n'
     )
-    check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
+    check_checkpoint_mode(str(checkpoint))
 
 
-@pytest.mark.parametrize(
-    ("recorded", "flags"),
-    [
-        ("continuous", "--micro-batches, without --available-now"),
-        ("available-now", "--micro-batches --available-now"),
-    ],
-)
-def test_a_micro_batch_checkpoint_is_refused_by_the_default_run_naming_its_flags(
-    tmp_path, recorded: str, flags: str
+@pytest.mark.parametrize("recorded", ["continuous", "available-now"])
+def test_a_micro_batch_checkpoint_is_refused_saying_the_runtime_was_removed(
+    tmp_path, recorded: str
 ) -> None:
-    """Runs in epochs are the default now: a checkpoint an earlier version's default run wrote
-    stops the run before anything starts, saying how to resume it or what to delete."""
+    """A checkpoint an earlier version's micro-batch run wrote stops the run before anything
+    starts, saying what to delete and that the progress kept in Kafka carries on."""
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "processor_api_mode").write_text(f"{recorded}\n")
     expected = (
-        f"written by a micro-batch run \\({recorded}\\) and cannot be resumed by a run in "
-        f"epochs .* run as it was \\({flags}\\), or delete that directory"
+        f"written by a micro-batch run \\({recorded}\\) of an earlier version; the micro-batch "
+        f"runtime was removed .* delete that directory .* resumes from the progress kept in Kafka"
     )
-    for available_now in (False, True):
-        with pytest.raises(ConfigError, match=expected):
-            check_checkpoint_mode(str(checkpoint), available_now=available_now, epochs=True)
+    with pytest.raises(ConfigError, match=expected):
+        check_checkpoint_mode(str(checkpoint))
+    assert (checkpoint / "processor_api_mode").read_text() == f"{recorded}\n"  # left as it was
 
 
 def test_a_checkpoint_of_an_unknown_mode_is_refused_naming_it(tmp_path) -> None:
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "processor_api_mode").write_text("garbage\n")
-    with pytest.raises(ConfigError, match=r"micro-batch run \(garbage\).*unknown mode 'garbage'"):
-        check_checkpoint_mode(str(checkpoint), available_now=False, epochs=True)
+    with pytest.raises(ConfigError, match=r"unknown mode 'garbage'.*delete that directory"):
+        check_checkpoint_mode(str(checkpoint))
+
+
+def test_a_checkpoint_without_a_mode_marker_is_refused(tmp_path) -> None:
+    """Every run since the marker exists writes it first: batches without it are another
+    version's or another program's, which Spark would fail on obscurely."""
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"has no processor_api_mode file.*delete that dir"):
+        check_checkpoint_mode(str(checkpoint))
+
+
+def test_a_new_checkpoint_is_marked_as_one_of_epochs(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    check_checkpoint_mode(str(checkpoint))
+    assert (checkpoint / "processor_api_mode").read_text() == "epochs\n"
+    check_checkpoint_mode(str(checkpoint))  # and resumed
 
 
 def test_local_masters_get_a_slot_per_task() -> None:
@@ -96,36 +106,35 @@ def test_local_masters_get_a_slot_per_task() -> None:
     assert local_master("local-cluster[2,1,1024]", 30) == "local-cluster[2,1,1024]"
 
 
+def test_a_non_positive_epoch_interval_is_refused() -> None:
+    settings = RunSettings("127.0.0.1:9", epoch_interval_s=0)
+    with pytest.raises(ConfigError, match="--epoch-interval must be > 0"):
+        TopologyRunner("topologies.count_per_key:build_topology", settings)
+
+
 @pytest.mark.parametrize(
-    ("settings", "config", "refused"),
+    ("flags", "refused"),
     [
-        ({"trigger_interval_s": 1.0}, {}, "--trigger-interval applies to micro-batch runs"),
-        ({"max_records_per_batch": 10}, {}, "--max-records-per-batch applies to micro"),
+        (["--micro-batches"], "--micro-batches was removed with the micro-batch runtime: every"),
         (
-            {"trigger_interval_s": 1.0, "max_records_per_batch": 10},
-            {},
-            "--trigger-interval and --max-records-per-batch apply to micro",
+            ["--trigger-interval", "0.5"],
+            r"--trigger-interval was removed .* commit.interval.ms .* --epoch-interval",
         ),
-        ({"epoch_interval_s": 0}, {}, "--epoch-interval must be > 0"),
-        ({"epochs": False}, {"commit.interval.ms": "100"}, "commit.interval.ms applies to runs"),
+        (["--max-records-per-batch", "500"], r"--max-records-per-batch was removed .* commit"),
     ],
 )
-def test_settings_of_the_other_mode_are_refused(settings, config, refused) -> None:
-    run_settings = RunSettings("127.0.0.1:9", config=config, **settings)
-    with pytest.raises(ConfigError, match=refused):
-        TopologyRunner("topologies.count_per_key:build_topology", run_settings)
+def test_flags_of_the_removed_micro_batch_runtime_stop_the_run_saying_what_to_use(
+    monkeypatch, capsys, flags: list[str], refused: str
+) -> None:
+    import re
 
-
-def test_a_micro_batch_run_says_once_that_the_runtime_is_deprecated() -> None:
-    topology = "tests.integration.topologies_for_tests:build_echo"
-    kwargs = {"input_topic": "in", "output_topic": "out"}
-    with capture_logs() as logs:
-        TopologyRunner(topology, RunSettings("127.0.0.1:9"), topology_kwargs=kwargs)
-    assert [e for e in logs if e["event"] == "micro_batches_deprecated"] == []
-    with capture_logs() as logs:
-        TopologyRunner(topology, RunSettings("127.0.0.1:9", epochs=False), topology_kwargs=kwargs)
-    (warning,) = [e for e in logs if e["event"] == "micro_batches_deprecated"]
-    assert warning["log_level"] == "warning" and "--micro-batches" in warning["detail"]
+    monkeypatch.setattr("processor_api.cli.configure_logging", lambda *args, **kwargs: None)
+    code = main(
+        ["topologies.count_per_key:build_topology", "--bootstrap-servers", "127.0.0.1:1", *flags]
+    )
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert re.search(refused, error), error
 
 
 class _QueryOverdueTrigger:
@@ -160,22 +169,22 @@ class _QueryOverdueTrigger:
 
 
 @pytest.mark.parametrize(
-    ("epochs", "timed", "stopped_at"),
-    [(True, True, (6, False)), (True, False, (5, True)), (False, False, (5, True))],
-    ids=["timed epochs", "bounded epochs", "micro-batches"],
+    ("timed", "stopped_at"),
+    [(True, (6, False)), (False, (5, True))],
+    ids=["timed epochs", "bounded or available-now epochs"],
 )
 def test_a_stop_in_timed_epochs_waits_for_the_overdue_epoch_that_started_meanwhile(
-    epochs: bool, timed: bool, stopped_at: tuple[int, bool]
+    timed: bool, stopped_at: tuple[int, bool]
 ) -> None:
     """Stopping inside a running batch interrupts its foreachBatch; Spark then matches the
     long Py4J error with a regex that overflows its stream thread's stack (seen in CI: a
     StackOverflowError on the terminal of a run stopped during an outage). In timed epochs
     the runner waits until no trigger is active (the next epoch ends at once after the stop);
-    bounded epochs (their batches follow each other at once) and micro-batches keep stopping
-    as soon as the batch in flight is done."""
+    bounded and available-now epochs (their batches follow each other at once) stop as soon
+    as the batch in flight is done."""
     runner = TopologyRunner(
         "tests.integration.topologies_for_tests:build_echo",
-        RunSettings("127.0.0.1:9", epochs=epochs),
+        RunSettings("127.0.0.1:9"),
         topology_kwargs={"input_topic": "in", "output_topic": "out"},
     )
     runner._timed_epochs = timed
