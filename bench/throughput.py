@@ -7,7 +7,7 @@
 * ``hand_loop``: ``bench/hand_loop.py``, a confluent-kafka consumer loop updating rocksdict.
 * ``quixstreams``: ``bench/quix_count.py`` in its own virtualenv (stateful ``apply``).
 * ``transformWithStateInPandas``: ``bench/tws_count.py`` (Spark, RocksDB state store provider,
-  input from our ``processor_api_kafka`` data source), ``local[2]``.
+  input from the benchmark's own Kafka data source ``bench/tws_source.py``), ``local[2]``.
 * ``engine without Spark (diagnostic)``: ``bench/engine_phases.py``, the library's per-task
   path (data source reader, pandas, ``Task``, changelog produce) in one process, phase by phase.
 
@@ -184,7 +184,7 @@ def tws_cmd(bootstrap: str, topic: str, records: int, ends: dict[int, int], chec
         MASTER,
         "--partitions",
         str(PARTITIONS),
-        "--max-records-per-batch",
+        "--records-per-batch",
         str(MAX_RECORDS_PER_BATCH),
     ]
 

@@ -10,11 +10,14 @@ Two contenders on the same input (a fresh topic of 3 partitions holding one reco
   ``ValueState`` count and one processing-time timer per key; ``handleExpiredTimer`` emits the
   key's count with the timer's due and fire times and registers the next timer one second
   later. Spark fires expired timers in micro-batches (trigger: 1 s); its output rows are
-  counted in a ``foreachBatch`` sink (they do not go to Kafka).
+  counted in a ``foreachBatch`` sink (they do not go to Kafka). Its input comes from the
+  benchmark's Kafka data source (``bench/tws_source.py``; until the micro-batch runtime was
+  removed, the library's ``processor_api_kafka``).
 * ``run-topology`` (``bench.timers:build_topology``): a count per key in a RocksDB store and
   one WALL_CLOCK_TIME punctuation per task every second that forwards the whole store
   (``forward_all``) to a Kafka topic, plus one record per firing with its due and fire times.
-  Runs with the runtime's defaults (trigger chosen by the runtime).
+  Runs in epochs with the runtime's defaults (recorded results before the micro-batch runtime
+  was removed ran it in micro-batches, the trigger chosen by the runtime).
 
 Figures: entries emitted per second of steady run (after each contender's first emission) and
 lateness (fire time minus due time) p50/p99 of the timers / punctuations. Quix Streams has no
@@ -127,7 +130,6 @@ def run_topology_contender(spark: Any, args: argparse.Namespace, input_topic: st
         application_id=f"bench-timers-{tag}",
         state_dir=tempfile.mkdtemp(prefix="bench-timers-"),
         master=args.master,
-        epochs=False,  # what this bench measured: punctuation in micro-batches
         log_format="console",
     )
     runner = TopologyRunner(
@@ -190,9 +192,9 @@ class TimedCount(StatefulProcessor):
 def tws_contender(spark: Any, args: argparse.Namespace, input_topic: str) -> dict:
     from pyspark.sql import functions as F
 
-    from processor_api.spark.kafka_source import KafkaDataSource
+    from bench.tws_source import BenchKafkaSource
 
-    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(BenchKafkaSource)
     firings: list[tuple[int, int, int]] = []
     emitted = {"rows": 0}
 
@@ -204,9 +206,9 @@ def tws_contender(spark: Any, args: argparse.Namespace, input_topic: str) -> dic
 
     checkpoint = tempfile.mkdtemp(prefix="bench-timers-tws-")
     source = (
-        spark.readStream.format(KafkaDataSource.name())
+        spark.readStream.format(BenchKafkaSource.name())
         .option("bootstrap.servers", args.bootstrap)
-        .option("topics", input_topic)
+        .option("topic", input_topic)
         .load()
     )
     query = (
@@ -302,7 +304,7 @@ def _one_run(args: argparse.Namespace) -> dict:
         from processor_api.spark.runner import RunSettings, build_spark_session
 
         spark = build_spark_session(
-            RunSettings(bootstrap_servers=args.bootstrap, master=args.master, epochs=False),
+            RunSettings(bootstrap_servers=args.bootstrap, master=args.master),
             "bench-timers",
             3,
         )

@@ -1,10 +1,13 @@
 """Spark's own ``transformWithStateInPandas`` counting records per key (throughput contender).
 
 ``python -m bench.tws_count --bootstrap HOST:PORT --topic T --end-offsets JSON --records N
---checkpoint DIR [--master local[2]] [--max-records-per-batch 200000]``
+--checkpoint DIR [--master local[2]] [--records-per-batch 200000]``
 
-Input comes from our Python data source (format ``processor_api_kafka``) bounded by
-``end.offsets``; ``groupBy(key).transformWithStateInPandas`` keeps one ``ValueState`` count per
+Input comes from the benchmark's Python data source (``bench/tws_source.py``, format
+``bench_kafka``; until the micro-batch runtime was removed, the library's
+``processor_api_kafka``, whose rows also carried topic, partition, offset, timestamp and
+headers) bounded by ``end.offsets``, at most ``--records-per-batch`` records per micro-batch;
+``groupBy(key).transformWithStateInPandas`` keeps one ``ValueState`` count per
 key in the RocksDB state store provider (what transformWithState requires), emits one row per
 key and micro-batch (``key, added, total``), and a ``foreachBatch`` sink sums ``added`` so the
 run can check that every record was counted. ``Trigger.AvailableNow``: it stops by itself.
@@ -51,14 +54,19 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=3, help="spark.sql.shuffle.partitions")
-    parser.add_argument("--max-records-per-batch", type=int, default=200_000)
+    parser.add_argument(
+        "--records-per-batch",
+        type=int,
+        default=200_000,
+        help="records of one micro-batch of this query at most",
+    )
     args = parser.parse_args()
 
     started = time.monotonic()
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from processor_api.spark.kafka_source import KafkaDataSource
+    from bench.tws_source import BenchKafkaSource
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     python_path = os.pathsep.join(dict.fromkeys([os.getcwd(), *(p for p in sys.path if p)]))
@@ -79,13 +87,13 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("WARN")
     session_ready = time.monotonic()
-    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(BenchKafkaSource)
     source = (
-        spark.readStream.format(KafkaDataSource.name())
+        spark.readStream.format(BenchKafkaSource.name())
         .option("bootstrap.servers", args.bootstrap)
-        .option("topics", args.topic)
-        .option("end.offsets", args.end_offsets)
-        .option("max.records.per.batch", str(args.max_records_per_batch))
+        .option("topic", args.topic)
+        .option("end.offsets", json.dumps(json.loads(args.end_offsets)[args.topic]))
+        .option("max.records.per.batch", str(args.records_per_batch))
         .load()
     )
     counted = {"added": 0, "rows": 0, "batches": 0}
