@@ -4,8 +4,9 @@
 # make to processor_api/ while a long run is going do not change what is measured. Results
 # and RESULTS.md are written back into this work tree's bench/.
 #   bench/snapshot.sh --full                       (any bench.run arguments)
-#   bench/snapshot.sh --baseline 5e45b33 --full    (adds "processor_api before (5e45b33)":
-#                                                   the same command on that commit's library)
+#   bench/snapshot.sh --baseline bbd3af0 --full    (adds "processor_api epochs before (bbd3af0)":
+#                                                   the same command on that commit's library;
+#                                                   epochs are its default from bbd3af0 on)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 if [[ "${1:-}" == "--baseline" ]]; then

@@ -1,7 +1,7 @@
 """Where the start-up of ``run-topology --available-now`` goes (issue 11), under py-spy.
 
 ``python -m bench.startup_profile [RECORDS] [--idle]`` starts the embedded broker, produces
-RECORDS (default 200,000: one micro-batch) for count per key and records the run's whole
+RECORDS (default 200,000: start-up dominates) for count per key and records the run's whole
 process tree with ``py-spy record --subprocesses`` (``--idle``: waiting threads too, so the
 driver's samples say which Spark call its wall time went to). Writes
 ``bench/results/raw/profile-startup-<RECORDS>[-idle].txt`` and prints the summary (per process

@@ -1,18 +1,22 @@
 """Throughput, end to end: count per key (10,000 keys, 3 partitions) by four contenders.
 
-* ``processor_api``: ``run-topology topologies.count_per_key:build_topology --available-now
-  --master local[2] --micro-batches`` (the deprecated runtime; ``processor_api epochs``: the
-  default) as a subprocess (Spark start included); checked by reading the local
-  RocksDB stores afterwards (sum of counts = records, 10,000 keys).
+* ``processor_api epochs``: ``run-topology topologies.count_per_key:build_topology
+  --available-now --master local[2]`` (runs in epochs, the only runtime) as a subprocess
+  (Spark start included); checked by reading the local RocksDB stores afterwards (sum of
+  counts = records, 10,000 keys).
 * ``hand_loop``: ``bench/hand_loop.py``, a confluent-kafka consumer loop updating rocksdict.
 * ``quixstreams``: ``bench/quix_count.py`` in its own virtualenv (stateful ``apply``).
 * ``transformWithStateInPandas``: ``bench/tws_count.py`` (Spark, RocksDB state store provider,
   input from the benchmark's own Kafka data source ``bench/tws_source.py``), ``local[2]``.
-* ``engine without Spark (diagnostic)``: ``bench/engine_phases.py``, the library's per-task
-  path (data source reader, pandas, ``Task``, changelog produce) in one process, phase by phase.
 
 Every contender reads the same topic; the wall time of each subprocess (interpreter and Spark
 start included) is the figure. Records per second = records / wall time.
+
+The micro-batch runtime's contenders (``processor_api``, its ``before`` and its diagnostics:
+1M-record batches, ``local[3]``, no whole-stage codegen; and ``engine without Spark``, which
+replayed the micro-batch task path) went with that runtime. The epochs contenders keep the
+names they were recorded under (``processor_api epochs ...``), so results in ``results/``
+still match; a recorded ``processor_api`` is the micro-batch runtime.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +53,9 @@ from bench.common import (
 PARTITIONS = 3
 KEYS = 10_000
 MASTER = "local[2]"
-MAX_RECORDS_PER_BATCH = 200_000
+#: Records of one transformWithStateInPandas micro-batch at most (``bench/tws_count.py``): the
+#: size the micro-batch contender of processor_api used, so its recorded figures stay comparable.
+TWS_RECORDS_PER_BATCH = 200_000
 TWS_EXTRA = OUTPUT_DIR / ".venvs" / "tws-extra"  # protobuf for transformWithStateInPandas
 #: Tansu only returns configs that were set explicitly; Quix Streams needs retention.* of its
 #: input topic to derive its changelog topics, so the input topic is created with them.
@@ -61,10 +68,11 @@ def run_topology_bin() -> str:
 
 #: Before/after contender: the same run-topology command on a frozen copy of an earlier commit
 #: of the library (``BENCH_BASELINE_DIR``, e.g. made by ``bench/snapshot.sh --baseline REV``),
-#: so the speed-up of this tree's changes is measured side by side in one run.
+#: so the speed-up of this tree's changes is measured side by side in one run. The command
+#: does not ask for a runtime, so the baseline runs its default: epochs from bbd3af0 on (an
+#: older baseline would run micro-batches).
 BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
 BASELINE_REV = os.environ.get("BENCH_BASELINE_REV", "baseline")
-BEFORE = f"processor_api before ({BASELINE_REV})"
 
 
 def before_env() -> dict[str, str]:
@@ -97,38 +105,40 @@ def processor_api_cmd(
         "--available-now",
         "--master",
         MASTER,
-        # the micro-batch contenders say so (run-topology's default is epochs)
-        *(
-            ()
-            if "--epochs" in extra
-            else ("--micro-batches", "--max-records-per-batch", str(MAX_RECORDS_PER_BATCH))
-        ),
         "--topology-arg",
         f"input_topic={json.dumps(topic)}",
         *extra,
     ]
 
 
-#: The same count per key and one-minute tumbling window in a window store (RocksDB segments):
-#: a windowed aggregation end to end, next to the key-value count.
-WINDOWED = "processor_api windowed count"
+#: The run-topology contender. Named for the runtime when there were two; the name is kept so
+#: that results recorded since (``throughput-epochs-*.json``) match.
 EPOCHS = "processor_api epochs"
 EPOCHS_BEFORE = f"processor_api epochs before ({BASELINE_REV})"
 #: Python workers forked by the JVM one by one instead of from pyspark's daemon process.
 EPOCHS_NO_DAEMON = "processor_api epochs no pyspark daemon (diagnostic)"
+#: The same count per key and one-minute tumbling window in a window store (RocksDB segments):
+#: a windowed aggregation end to end, next to the key-value count. (Recorded with the
+#: micro-batch runtime as ``processor_api windowed count``.)
+EPOCHS_WINDOWED = "processor_api epochs windowed count"
 
-#: Diagnostic contenders: the same run with one user-level or runner-level knob changed.
-CACHING = "processor_api caching (diagnostic)"
-BIG_BATCHES = "processor_api 1M-record batches (diagnostic)"
+#: Diagnostic contenders: the same run with one user-level or runner-level knob changed (the
+#: micro-batch runtime's were recorded as ``processor_api caching (diagnostic)`` and
+#: ``processor_api JVM defaults (diagnostic)``).
+EPOCHS_CACHING = "processor_api epochs caching (diagnostic)"
 #: The driver JVM with the JVM's own defaults (C2, G1) instead of the runner's start-up options.
-JVM_DEFAULTS = "processor_api JVM defaults (diagnostic)"
-#: local[3] on the 2-core machine: a Spark task only waits for its task host, so 3 slots let
-#: the 3 task hosts share both cores instead of running in two waves (2 + 1).
-LOCAL3 = "processor_api local[3] (diagnostic)"
-#: Whole-stage code generation off: a micro-batch moves a few rows of offset ranges and state,
-#: so compiling Java for it (Janino, then the JIT) may cost more than it saves.
-NO_WSCG = "processor_api no whole-stage codegen (diagnostic)"
-NO_WSCG_ARGS = ("--spark-conf", "spark.sql.codegen.wholeStage=false")
+EPOCHS_JVM_DEFAULTS = "processor_api epochs JVM defaults (diagnostic)"
+JVM_DEFAULTS_ENV = {"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
+
+#: Extra run-topology arguments and environment of each run-topology contender.
+PROCESSOR_API_VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = {
+    EPOCHS: ((), None),
+    EPOCHS_BEFORE: ((), None),
+    EPOCHS_NO_DAEMON: (("--spark-conf", "spark.python.use.daemon=false"), None),
+    EPOCHS_WINDOWED: (("--topology-arg", "windowed=true"), None),
+    EPOCHS_CACHING: (("--topology-arg", "caching=true"), None),
+    EPOCHS_JVM_DEFAULTS: ((), JVM_DEFAULTS_ENV),
+}
 
 
 def hand_loop_cmd(bootstrap: str, topic: str, records: int, state_dir: str) -> list[str]:
@@ -185,29 +195,7 @@ def tws_cmd(bootstrap: str, topic: str, records: int, ends: dict[int, int], chec
         "--partitions",
         str(PARTITIONS),
         "--records-per-batch",
-        str(MAX_RECORDS_PER_BATCH),
-    ]
-
-
-#: Diagnostic contender: the library's per-task path without Spark (bench/engine_phases.py).
-ENGINE = "engine without Spark (diagnostic)"
-
-
-def engine_cmd(bootstrap: str, topic: str, records: int) -> list[str]:
-    return [
-        PYTHON,
-        "-m",
-        "bench.engine_phases",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--partitions",
-        str(PARTITIONS),
-        "--records",
-        str(records),
-        "--batch",
-        str(MAX_RECORDS_PER_BATCH),
+        str(TWS_RECORDS_PER_BATCH),
     ]
 
 
@@ -248,9 +236,10 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
       harness' clock) to ``query_started`` and to the first ``batch_done`` with records;
     * ``planned_to_query_started_s``, ``query_started_to_first_batch_s``,
       ``query_started_to_finished_s``;
-    * ``first_batch``: Spark's ``durationMs`` of micro-batch 0 (``spark_batch_timings``);
+    * ``first_batch``: Spark's ``durationMs`` of batch 0 (``spark_batch_timings``), if logged;
     * ``steady_records_per_s``: records of the batches after the first / time between the
-      first and the last ``batch_done`` (the first batch's start-up excluded);
+      first and the last ``batch_done`` (the first batch's start-up excluded); an
+      ``--available-now`` run in epochs usually logs one ``batch_done``, so it has none;
     * ``batches``: (records, seconds since the previous batch_done) per batch.
     """
     import re
@@ -324,28 +313,19 @@ def contenders(
 ) -> dict[str, Any]:
     bootstrap = broker.bootstrap
 
-    def processor_api(
-        rep: int,
-        name: str = "processor_api",
-        extra: tuple[str, ...] = (),
-        extra_env: dict[str, str] | None = None,
-    ) -> RunOutcome:
+    def processor_api(rep: int, name: str) -> RunOutcome:
+        extra, extra_env = PROCESSOR_API_VARIANTS[name]
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
         label = {
-            "processor_api": "processor_api",
-            BEFORE: "processor_api_before",
-            CACHING: "processor_api_caching",
-            BIG_BATCHES: "processor_api_1M_batches",
-            JVM_DEFAULTS: "processor_api_jvm_defaults",
-            LOCAL3: "processor_api_local3",
-            NO_WSCG: "processor_api_no_wscg",
-            WINDOWED: "processor_api_windowed",
             EPOCHS: "processor_api_epochs",
             EPOCHS_BEFORE: "processor_api_epochs_before",
             EPOCHS_NO_DAEMON: "processor_api_epochs_no_daemon",
+            EPOCHS_WINDOWED: "processor_api_epochs_windowed",
+            EPOCHS_CACHING: "processor_api_epochs_caching",
+            EPOCHS_JVM_DEFAULTS: "processor_api_epochs_jvm_defaults",
         }[name]
-        if name in (BEFORE, EPOCHS_BEFORE):
+        if name == EPOCHS_BEFORE:
             cmd, env, cwd = (
                 before_cmd(bootstrap, topic, state_dir, app_id, extra),
                 before_env(),
@@ -370,7 +350,7 @@ def contenders(
         metrics: dict[str, Any] = {}
         error = None
         if code == 0:
-            if name == WINDOWED:
+            if name == EPOCHS_WINDOWED:
                 metrics = _verify_windowed(bootstrap, topic, app_id)
             else:
                 metrics = _verify_processor_api(state_dir, app_id, records)
@@ -449,46 +429,18 @@ def contenders(
             str(log_path),
         )
 
-    def engine(rep: int) -> RunOutcome:
-        memory: dict[str, Any] = {}
-        wall, code, out, log_path = run_command(
-            engine_cmd(bootstrap, topic, records),
-            label=f"throughput-{tag}-engine-{rep}",
-            timeout_s=timeout_s,
-            memory=memory,
-        )
-        metrics = last_json_line(out)
-        metrics["memory"] = memory
-        ok = code == 0 and metrics.get("records") == records
-        return RunOutcome(
-            ENGINE, rep, wall, ok, metrics, None if ok else f"exit {code}: {metrics}", str(log_path)
-        )
+    def run_topology(name: str) -> Callable[[int], RunOutcome]:
+        return lambda rep: processor_api(rep, name)
 
-    all_contenders = {
-        "processor_api": processor_api,
+    all_contenders: dict[str, Callable[[int], RunOutcome]] = {
+        EPOCHS: run_topology(EPOCHS),
         "hand_loop": hand_loop,
         "quixstreams": quixstreams,
         "transformWithStateInPandas": tws,
-        ENGINE: engine,
-        BEFORE: lambda rep: processor_api(rep, BEFORE),
-        CACHING: lambda rep: processor_api(rep, CACHING, ("--topology-arg", "caching=true")),
-        BIG_BATCHES: lambda rep: processor_api(
-            rep, BIG_BATCHES, ("--max-records-per-batch", "1000000")
-        ),
-        JVM_DEFAULTS: lambda rep: processor_api(
-            rep, JVM_DEFAULTS, extra_env={"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
-        ),
-        LOCAL3: lambda rep: processor_api(rep, LOCAL3, ("--master", "local[3]")),
-        NO_WSCG: lambda rep: processor_api(rep, NO_WSCG, NO_WSCG_ARGS),
-        WINDOWED: lambda rep: processor_api(rep, WINDOWED, ("--topology-arg", "windowed=true")),
-        EPOCHS: lambda rep: processor_api(rep, EPOCHS, ("--epochs",)),
-        EPOCHS_BEFORE: lambda rep: processor_api(rep, EPOCHS_BEFORE, ("--epochs",)),
-        EPOCHS_NO_DAEMON: lambda rep: processor_api(
-            rep, EPOCHS_NO_DAEMON, ("--epochs", "--spark-conf", "spark.python.use.daemon=false")
-        ),
+        **{name: run_topology(name) for name in PROCESSOR_API_VARIANTS if name != EPOCHS},
     }
     if not BASELINE_DIR:
-        all_contenders.pop(BEFORE)
+        all_contenders.pop(EPOCHS_BEFORE)
     if not (QUIX_VENV / "bin" / "python").exists():
         log("  quixstreams venv missing (bench/.venvs/quix): Quix Streams not run")
         all_contenders.pop("quixstreams")
@@ -515,11 +467,11 @@ def run_size(
     timeout = timeout_s or max(600.0, records / 2_000)
     runs = alternate(contenders(broker, topic, records, ends, tag, timeout, include), reps)
     summary = summarize(runs, records)
-    pa = summary.get("processor_api", {}).get("records_per_s_median")
+    pa = summary.get(EPOCHS, {}).get("records_per_s_median")
     ratios = {
-        f"processor_api / {name}": ratio(pa, s.get("records_per_s_median"))
+        f"{EPOCHS} / {name}": ratio(pa, s.get("records_per_s_median"))
         for name, s in summary.items()
-        if name != "processor_api"
+        if name != EPOCHS
     }
     return {
         "records": records,
@@ -530,48 +482,8 @@ def run_size(
         "end_offsets": ends,
         "reps": reps,
         "master": MASTER,
-        "max_records_per_batch": MAX_RECORDS_PER_BATCH,
-        "commands": {
-            name: command
-            for name, command in {
-                "processor_api": " ".join(
-                    processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")
-                ),
-                "hand_loop": " ".join(hand_loop_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
-                "quixstreams": " ".join(quix_cmd("BOOTSTRAP", topic, records, "STATE_DIR")),
-                "transformWithStateInPandas": " ".join(
-                    tws_cmd("BOOTSTRAP", topic, records, ends, "CHECKPOINT")
-                ),
-                ENGINE: " ".join(engine_cmd("BOOTSTRAP", topic, records)),
-                BEFORE: "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) "
-                + " ".join(before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
-                CACHING: " ".join(
-                    processor_api_cmd(
-                        "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--topology-arg", "caching=true")
-                    )
-                ),
-                LOCAL3: " ".join(
-                    processor_api_cmd(
-                        "BOOTSTRAP", topic, "STATE_DIR", "APP", ("--master", "local[3]")
-                    )
-                ),
-                NO_WSCG: " ".join(
-                    processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", NO_WSCG_ARGS)
-                ),
-                JVM_DEFAULTS: "PROCESSOR_API_DRIVER_JAVA_OPTIONS=' ' "
-                + " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP")),
-                BIG_BATCHES: " ".join(
-                    processor_api_cmd(
-                        "BOOTSTRAP",
-                        topic,
-                        "STATE_DIR",
-                        "APP",
-                        ("--max-records-per-batch", "1000000"),
-                    )
-                ),
-            }.items()
-            if name in summary
-        },
+        "tws_records_per_batch": TWS_RECORDS_PER_BATCH,
+        "commands": {name: command_text(name, topic, records, ends) for name in summary},
         "runs": outcome_dicts(runs),
         "summary": summary,
         "throughput_ratios": {
@@ -580,10 +492,30 @@ def run_size(
     }
 
 
+def command_text(name: str, topic: str, records: int, ends: dict[int, int]) -> str:
+    """The command of contender ``name`` as recorded (BOOTSTRAP etc. for the run's values)."""
+    if name == "hand_loop":
+        return " ".join(hand_loop_cmd("BOOTSTRAP", topic, records, "STATE_DIR"))
+    if name == "quixstreams":
+        return " ".join(quix_cmd("BOOTSTRAP", topic, records, "STATE_DIR"))
+    if name == "transformWithStateInPandas":
+        return " ".join(tws_cmd("BOOTSTRAP", topic, records, ends, "CHECKPOINT"))
+    if name not in PROCESSOR_API_VARIANTS:
+        return "?"
+    extra, extra_env = PROCESSOR_API_VARIANTS[name]
+    if name == EPOCHS_BEFORE:
+        return "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) " + " ".join(
+            before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", extra)
+        )
+    env = " ".join(f"{k}={v!r}" for k, v in (extra_env or {}).items())
+    cmd = " ".join(processor_api_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", extra))
+    return f"{env} {cmd}" if env else cmd
+
+
 def profile_processor_api(broker: Broker, topic: str, records: int, tag: str) -> dict[str, Any]:
     state_dir = tempfile.mkdtemp(prefix="bench-pa-prof-")
     app_id = f"bench-cpk-prof-{tag}-{uuid.uuid4().hex[:6]}"
     cmd = processor_api_cmd(broker.bootstrap, topic, state_dir, app_id)
     return profiles.run_profiled(
-        cmd, f"profile-throughput-{tag}-processor_api", timeout_s=max(900.0, records / 1000)
+        cmd, f"profile-throughput-{tag}-processor_api_epochs", timeout_s=max(900.0, records / 1000)
     )

@@ -1,10 +1,11 @@
-"""End-to-end throughput of a run in epochs against micro-batches, the hand loop and Quix.
+"""End-to-end throughput of a run in epochs against the hand loop and Quix Streams.
 
 ``python -m bench.throughput_epochs [RECORDS ...] [--reps N] [--partitions P]``: count per key
 over 3 partitions (``bench/throughput.py``; ``--partitions``: P), every contender
 ``--available-now`` from a cold start, alternating, with the peak PSS of each contender's
 process tree; writes ``bench/results/throughput-epochs-<size>[-<P>p]-<date>.json`` (machine,
-load, commands, runs, medians).
+load, commands, runs, medians). Results recorded before the micro-batch runtime was removed
+also have its contender, ``processor_api``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from bench import throughput
 from bench.common import Broker, ensure_environments, log, machine_info, write_result
 from bench.throughput import EPOCHS, run_size
 
-CONTENDERS = {"processor_api", EPOCHS, "hand_loop", "quixstreams"}
+CONTENDERS = {EPOCHS, "hand_loop", "quixstreams"}
 
 
 def main() -> None:
