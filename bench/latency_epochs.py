@@ -1,8 +1,10 @@
-"""Latency of a run in epochs against the hand-written loop, Quix Streams and micro-batches.
+"""Latency of a run in epochs against the hand-written loop and Quix Streams.
 
 ``python -m bench.latency_epochs [RATE ...] [--reps N] [--measure S]`` runs the contenders of
 ``bench/latency.py`` named below, alternating, at each rate, and writes
 ``bench/results/latency-epochs-<date>.json`` (machine, load, commands, every run, medians).
+Results recorded before the micro-batch runtime was removed also have its contender,
+``processor_api trigger=0.5s`` (``latency-micro-batches-2026-11-27.json``: ``trigger=1s``).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import argparse
 import os
 
 from bench.common import Broker, ensure_environments, log, machine_info, write_result
-from bench.latency import BROKER_ALONE, EPOCHS_ALOS, EPOCHS_EOS, pa_name, run
+from bench.latency import BROKER_ALONE, EPOCHS_ALOS, EPOCHS_EOS, run
 
-CONTENDERS = {EPOCHS_ALOS, EPOCHS_EOS, "hand_loop", "quixstreams", pa_name(0.5), BROKER_ALONE}
+CONTENDERS = {EPOCHS_ALOS, EPOCHS_EOS, "hand_loop", "quixstreams", BROKER_ALONE}
 
 
 def main() -> None:
