@@ -8,11 +8,13 @@
     start, processing, stop; not the JVM start, which is the same for all variants).
 
 ``python -m bench.punct_spark lag --bootstrap B --seconds S --reps R --rate N``
-    ``bench.punct_topologies:build_lag_probe`` (WALL_CLOCK_TIME every 1 s, trigger interval
-    1 s) running S seconds on a fresh 3-partition topic, idle or with N records/s produced
-    during the run; every punctuation reports fire time minus due time.
+    ``bench.punct_topologies:build_lag_probe`` (WALL_CLOCK_TIME every 1 s) running S seconds on
+    a fresh 3-partition topic, idle or with N records/s produced during the run; every
+    punctuation reports fire time minus due time.
 
-Prints one JSON line.
+Runs in epochs, the only runtime. Results recorded before the micro-batch runtime was removed
+measured it (``runtime`` absent from the result; the lag variants named their trigger,
+``idle, trigger 1 s`` / ``auto``). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ INTERVALS = {"none": NEVER_MS, "10 s": 10_000, "1 s": 1_000, "100 ms": 100}
 def _session(master: str = "local[2]") -> Any:
     from processor_api.spark.runner import RunSettings, build_spark_session
 
-    settings = RunSettings(bootstrap_servers="unused", master=master, epochs=False)
+    settings = RunSettings(bootstrap_servers="unused", master=master)
     return build_spark_session(settings, "bench-punctuation", 3)
 
 
@@ -55,7 +57,6 @@ def intervals(args: argparse.Namespace) -> dict[str, Any]:
                 state_dir=state_dir,
                 master="local[2]",
                 available_now=True,
-                epochs=False,  # what this bench measured: punctuation in micro-batches
                 log_format="console",
             )
             kwargs = {
@@ -112,6 +113,7 @@ def intervals(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps,
         "runs": runs,
         "summary": summary,
+        "runtime": "epochs",
         "note": "wall time of TopologyRunner.run() on a running SparkSession (local[2])",
     }
 
@@ -167,12 +169,10 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
 
     spark = _session()
     runs = []
-    triggers = {"1 s": 1.0, "auto": None}  # None: the runtime chooses (spark/trigger.py)
-    variants = [f"{load}, trigger {t}" for load in ("idle", "with input") for t in triggers]
+    variants = ["idle", "with input"]
     for rep in range(args.reps):
         for variant in variants[rep % len(variants) :] + variants[: rep % len(variants)]:
-            name, trigger = variant.split(", trigger ")
-            tag = f"{'idle' if name == 'idle' else 'input'}-{rep}-{uuid.uuid4().hex[:6]}"
+            tag = f"{'idle' if variant == 'idle' else 'input'}-{rep}-{uuid.uuid4().hex[:6]}"
             input_topic, output_topic = f"bench-lag-in-{tag}", f"bench-lag-out-{tag}"
             create_topics(args.bootstrap, [(input_topic, 3), (output_topic, 3)], exist_ok=False)
             settings = RunSettings(
@@ -180,8 +180,6 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
                 application_id=f"bench-lag-{tag}",
                 state_dir=tempfile.mkdtemp(prefix="bench-lag-"),
                 master="local[2]",
-                trigger_interval_s=triggers[trigger],
-                epochs=False,
                 log_format="console",
             )
             runner = TopologyRunner(
@@ -196,7 +194,7 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
             )
             stop_producing = threading.Event()
             producer = None
-            if name == "with input":
+            if variant == "with input":
                 producer = threading.Thread(
                     target=_produce_steadily,
                     args=(args.bootstrap, input_topic, args.rate, stop_producing),
@@ -257,7 +255,7 @@ def lag(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps,
         "rate_records_per_s": args.rate,
         "interval_ms": args.interval_ms,
-        "triggers": {name: value or "auto" for name, value in triggers.items()},
+        "runtime": "epochs",
         "runs": runs,
         "summary": summary,
         "note": "steady = punctuations due at or after the task's first firing "
