@@ -102,7 +102,7 @@ def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
         topology_args={"input_topic": input_topic, "output_topic": output_topic, "threshold": 0},
         config={"state.snapshot.interval.ms": "0", "commit.interval.ms": "200"},
         extra=[
-            "--epochs", "--epoch-interval", "5", "--state-dir-per-executor",
+            "--epoch-interval", "5", "--state-dir-per-executor",
             "--spark-conf", f"spark.executor.extraJavaOptions={marker}",
             "--spark-conf", "spark.ui.enabled=true",
             "--spark-conf", f"spark.ui.port={port}",

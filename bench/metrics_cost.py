@@ -49,7 +49,6 @@ def epoch_run(
         bootstrap_servers=bootstrap,
         application_id=app_id,
         state_dir=tempfile.mkdtemp(prefix="bench-metrics-"),
-        epochs=True,
         available_now=True,
         metrics_port=0 if metrics else None,
         config=dict(config or {}),
