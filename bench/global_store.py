@@ -15,9 +15,11 @@ global store and processor):
   them (the floor).
 * **reopen** (a task host restarts on the same executor with its copy intact): open the
   RocksDB copy and catch up from its checkpoint with nothing new.
-* **per-batch catch-up** on a filled copy: ``catch_up()`` with nothing new (what every
-  micro-batch of every task pays: one read of all partitions to their end), and with 1,000
-  new customer records per batch.
+* **per-batch catch-up** on a filled copy: ``catch_up()`` with nothing new (one read of all
+  partitions to their end: what every micro-batch of every task paid in the micro-batch
+  runtime, in which the recorded result was measured; in epochs a task host catches up every
+  ``GLOBAL_CATCH_UP_S``, ``runtime/epoch_runner.py``), and with 1,000 new customer records
+  per batch.
 
 Writes ``bench/results/global-store-<entries>-<date>.json`` (machine, load average at start and end,
 medians). Run it under the machine-wide lock: ``flock /tmp/spark-tests.lock python -m

@@ -6,7 +6,8 @@
 * :func:`build_lag_probe` - a WALL_CLOCK_TIME schedule whose punctuator forwards
   ``{"task", "due_ms", "fire_ms", "lag_ms"}``: ``fire_ms`` is the wall clock when the punctuator
   runs, ``due_ms`` the grid point it is due at (registration time + k x interval, tracked in the
-  task's store so it survives the task being re-created every micro-batch).
+  task's store so it survives the task being re-created, as it was every micro-batch in the
+  micro-batch runtime).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The changelog ``bench-restore-restored-changelog`` (1 partition, ``cleanup.polic
 holds N distinct keys (``Serdes.string()`` keys, ``Serdes.long()`` values). Contenders, in
 process, alternating:
 
-* ``processor_api restore``: what ``run_task`` does for a store with no local copy -
+* ``processor_api restore``: what a task does for a store with no local copy when it is built
+  (``TaskRunner._rebuild``) -
   ``TaskStores.build`` + ``TaskStores.restore({store: N}, read_changelog)`` (confluent-kafka
   consumer, ``put_all`` WriteBatches into RocksDB, final flush);
 * ``plain consumer``: a confluent-kafka consumer with default settings reading offsets

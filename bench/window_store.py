@@ -4,9 +4,9 @@
 broker: one process, in-process stores). The store is what a task gets for
 ``Stores.window_store_builder(Stores.persistent_window_store(...) | in_memory_window_store(...),
 Serdes.string(), Serdes.long())``, opened through ``TaskStores.build`` (batch buffer, change
-logging, the typed ``WindowStore``); every ``--batch`` puts are one "micro-batch": the change
+logging, the typed ``WindowStore``); every ``--batch`` puts are one commit: the change
 records are drained and ``TaskStores.commit`` applies the buffer to the segmented store (and
-flushes RocksDB), as ``run_task`` does.
+flushes RocksDB), as a task's commit does.
 
 Layout: ``entries / windows`` keys (``key-00042``) x ``windows`` windows of 60 s, written
 window by window (stream time advances); retention = ``windows`` x 60 s, so the segment
