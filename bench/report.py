@@ -1385,7 +1385,7 @@ def write_report() -> Path:
     out += body
     out += ["", *serdes_ttl_section([]), *epochs_section([])]
     snapshot_targets: Targets = []
-    out += ["", *snapshots_section(snapshot_targets)]
+    out += snapshots_section(snapshot_targets)  # the notes before end with a blank line
     out += _targets_table("target", snapshot_targets)
     path = OUTPUT_DIR / "RESULTS.md"
     path.write_text("\n".join(out).rstrip("\n") + "\n")
