@@ -1361,10 +1361,11 @@ def write_report() -> Path:
         "Each section shows the full run's results when there are any "
         "(`*-full-<date>.json`), else the quick run's (`*-quick-<date>.json`).",
         "",
-        '`run-topology` runs in epochs by default since 2026-11-27 (the sections "Runs in '
-        'epochs" near the end). Contenders named `processor_api` and `processor_api '
-        "trigger=...` are the micro-batch runtime, now `--micro-batches` (deprecated); their "
-        "figures were measured when it was the default.",
+        "`run-topology` runs in epochs, its only runtime since the micro-batch runtime was "
+        'removed on 2026-11-27 (the sections "Runs in epochs" near the end). Contenders named '
+        "`processor_api` (with its `before`, diagnostics and windowed count) and `processor_api "
+        "trigger=...` are that micro-batch runtime, measured when it was the default; kept as "
+        "history. Contenders named `processor_api epochs ...` run in epochs.",
         "",
     ]
     targets: Targets = []
