@@ -130,7 +130,6 @@ def run_executor_loss(kafka: Any, tmp_path: Path, executor_dirs: Any) -> Executo
         topology_args=topology_args,
         config={"state.snapshot.interval.ms": "0", "commit.interval.ms": "200"},
         extra=[
-            "--epochs",
             "--epoch-interval",
             "5",
             "--state-dir-per-executor",

@@ -58,7 +58,7 @@ def run_word_count(kafka: Any, spark: Any, state_dir: Path) -> WordCountRun:
         [(f"line-{i}".encode(), line.encode(), i % 3) for i, line in enumerate(WORD_COUNT_LINES)],
     )
     total_words = sum(len(split_words(line)) for line in WORD_COUNT_LINES)
-    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, epochs=True)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
     with (
         TopicReader(
             kafka.bootstrap_servers, topics["output_topic"], bytes.decode, Serdes.long().deserialize

@@ -52,7 +52,6 @@ def test_records_of_an_aborted_upstream_transaction_are_not_counted(kafka, spark
         tmp_path / "state",
         available_now=True,
         processing_guarantee="exactly_once_v2",
-        epochs=True,
     )
     runner = TopologyRunner(
         "tests.integration.topologies_for_tests:build_word_count_failing_once",

@@ -91,7 +91,7 @@ def test_click_sessions_restored_after_state_loss(kafka, spark, tmp_path):
         "grace_ms": GRACE_MS,
         "punctuate_interval_ms": PUNCTUATE_MS,
     }
-    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, epochs=True)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
 
     with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
         _produce(kafka.bootstrap_servers, input_topic, {p: parts[p][0] for p in parts})

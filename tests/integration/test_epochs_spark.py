@@ -45,7 +45,6 @@ def _echo_run(
         kafka.bootstrap_servers,
         f"ep-{run_id}",
         tmp_path / "state",
-        epochs=True,
         epoch_interval_s=LONG_EPOCH_S,
         **overrides,
     )
@@ -131,7 +130,6 @@ def test_init_runs_once_per_task_across_many_epochs(kafka, spark, tmp_path):
         kafka.bootstrap_servers,
         f"ep-life-{run_id}",
         tmp_path / "state",
-        epochs=True,
         epoch_interval_s=1.0,
     )
     run = BackgroundRun(
@@ -282,7 +280,6 @@ def test_a_backfill_joins_every_trade_with_the_quote_valid_at_its_time(kafka, sp
         kafka.bootstrap_servers,
         f"ep-join-{run_id}",
         tmp_path / "state",
-        epochs=True,
         available_now=True,
     )
     from processor_api.spark.runner import TopologyRunner

@@ -27,7 +27,6 @@ def _lifetime_run(kafka, spark, tmp_path, run_id, topics, **config):
         kafka.bootstrap_servers,
         f"met-{run_id}",
         tmp_path / "state",
-        epochs=True,
         epoch_interval_s=600.0,
         metrics_port=0,
         config={"commit.interval.ms": "200", **config},

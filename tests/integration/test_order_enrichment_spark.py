@@ -47,7 +47,7 @@ def test_orders_enriched_from_a_global_store_on_spark(kafka, spark, tmp_path):
     )
     produce(kafka.bootstrap_servers, orders_topic, [order(i, f"c{i}") for i in range(10)])
     state = tmp_path / "state"
-    settings = settings_for(kafka.bootstrap_servers, app_id, state, epochs=True)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state)
     kwargs = {
         "orders_topic": orders_topic,
         "customers_topic": customers_topic,

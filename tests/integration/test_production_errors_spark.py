@@ -32,7 +32,6 @@ def _run(kafka, spark, tmp_path, handler: str):
         f"refuse-{run_id}",
         tmp_path / handler,
         available_now=True,
-        epochs=True,
         config={"production.exception.handler": handler},
         kafka_config={"producer.message.max.bytes": LIMIT},
     )

@@ -30,7 +30,7 @@ def test_read_only_store_is_restored_from_its_source_topic(kafka, spark, tmp_pat
         prices,
         [(f"p{i}".encode(), f"{10 * i}".encode(), i % 2) for i in range(6)] + [(None, b"x", 0)],
     )
-    settings = settings_for(kafka.bootstrap_servers, app_id, state, epochs=True)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state)
     kwargs = {"prices_topic": prices, "orders_topic": orders, "output_topic": output}
 
     def run_until(count: int):

@@ -103,7 +103,6 @@ def stopped_app(kafka, spark, tmp_path_factory) -> dict[str, Any]:
         tmp_path_factory.mktemp("ledger-stopped"),
         available_now=True,
         processing_guarantee="exactly_once_v2",
-        epochs=True,
     )
     TopologyRunner(
         LEDGER, settings, topology_kwargs={"input_topic": app["input_topic"]}, spark=spark
@@ -274,7 +273,6 @@ def test_a_read_during_a_running_query_finds_committed_batches_only(
         app["app_id"],
         tmp_path,
         processing_guarantee=guarantee,
-        epochs=True,
         config={"commit.interval.ms": "300"},  # reads meet many commits inside the epoch
     )
 

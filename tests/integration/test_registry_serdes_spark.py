@@ -88,7 +88,6 @@ def avro_app(kafka, spark, schema_registry, tmp_path_factory) -> dict[str, Any]:
         app["app_id"],
         tmp_path_factory.mktemp("avro-run"),
         available_now=True,
-        epochs=True,
         config={
             "schema.registry.url": app["registry"],
             "default.deserialization.exception.handler": "log_and_continue",
@@ -200,7 +199,6 @@ def test_json_schema_and_protobuf_in_and_out_on_spark(
         f"{kind}-{run_id}",
         tmp_path_factory.mktemp(f"{kind}-run"),
         available_now=True,
-        epochs=True,
         config={"schema.registry.url": registry},
     )
     TopologyRunner(TOPOLOGY, settings, topology_kwargs={"kind": kind, **topics}, spark=spark).run()

@@ -40,7 +40,7 @@ def test_restart_reuses_local_stores_and_restores_wiped_ones(kafka, spark, tmp_p
     kafka.create_topic(output_topic, 3)
     # threshold 0: one notification per event, carrying the running total of its product
     kwargs = {"input_topic": input_topic, "output_topic": output_topic, "threshold": 0}
-    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, epochs=True)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
     sent: list[tuple[str, int]] = []
 
     def run_with(events: list[tuple[str, int]]):

@@ -39,7 +39,7 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
         ],
     )
 
-    settings = settings_for(kafka.bootstrap_servers, app_id, tmp_path / "state", epochs=True)
+    settings = settings_for(kafka.bootstrap_servers, app_id, tmp_path / "state")
     with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
         with BackgroundRun(
             "topologies.sales_aggregation:build_topology",

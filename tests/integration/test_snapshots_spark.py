@@ -82,7 +82,6 @@ def test_a_run_without_local_state_restores_from_snapshots_and_the_tail(kafka, s
             kafka.bootstrap_servers,
             app_id,
             state_dir,
-            epochs=True,
             config={
                 "commit.interval.ms": 200,
                 "state.snapshot.interval.ms": snapshot_interval_ms,

@@ -73,7 +73,6 @@ def test_every_store_kind_is_restored_after_the_state_dir_is_lost(kafka, spark, 
         f"kinds-{run_id}",
         state_dir,
         available_now=True,
-        epochs=True,
         checkpoint_dir=str(tmp_path / "checkpoint"),  # kept: only the local state is lost
     )
     kwargs = {"input_topic": input_topic, "output_topic": output_topic}

@@ -109,7 +109,6 @@ def test_skipped_versioned_writes_are_rolled_back_and_never_restored(kafka, spar
         f"vh-{run_id}",
         state_dir,
         available_now=True,
-        epochs=True,
         checkpoint_dir=str(tmp_path / "checkpoint"),  # kept: only the local state is lost
         config={"processing.exception.handler": "log_and_continue"},
     )
