@@ -31,14 +31,13 @@ def _expected(records: list[tuple[str, int]], topics: dict[str, str]) -> list[tu
         return [(kv.key, kv.value) for kv in output.read_key_values_to_list()]
 
 
-def _run(kafka, spark, tmp_path, run_id, topics, epochs: bool) -> None:
+def _run(kafka, spark, tmp_path, run_id, topics) -> None:
     settings = settings_for(
         kafka.bootstrap_servers,
         f"ttl-{run_id}",
         tmp_path / "state",
         checkpoint_dir=str(tmp_path / "checkpoint"),
         available_now=True,
-        epochs=epochs,
     )
     TopologyRunner(
         "tests.integration.topologies_for_tests:build_forgetful_count",
@@ -48,8 +47,7 @@ def _run(kafka, spark, tmp_path, run_id, topics, epochs: bool) -> None:
     ).run()
 
 
-@pytest.mark.parametrize("epochs", [False, True], ids=["micro-batches", "epochs"])
-def test_counts_restart_after_the_ttl_also_after_a_restore(kafka, spark, tmp_path, epochs):
+def test_counts_restart_after_the_ttl_also_after_a_restore(kafka, spark, tmp_path):
     run_id = uid()
     topics = {"input_topic": f"ttl-in-{run_id}", "output_topic": f"ttl-out-{run_id}"}
     kafka.create_topic(topics["input_topic"], 1)  # one task: stream time over every key
@@ -60,10 +58,10 @@ def test_counts_restart_after_the_ttl_also_after_a_restore(kafka, spark, tmp_pat
                 [(k.encode(), b"x", 0, ts) for k, ts in records])  # fmt: skip
 
     send(FIRST)
-    _run(kafka, spark, tmp_path, run_id, topics, epochs)
+    _run(kafka, spark, tmp_path, run_id, topics)
     shutil.rmtree(tmp_path / "state")  # the store comes back from its changelog
     send(SECOND)
-    _run(kafka, spark, tmp_path, run_id, topics, epochs)
+    _run(kafka, spark, tmp_path, run_id, topics)
 
     expected = _expected(FIRST + SECOND, topics)
     assert [count for key, count in expected if key == "a"] == [1, 2, 1, 2, 1]
