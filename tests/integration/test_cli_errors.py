@@ -9,10 +9,12 @@ from collections import Counter
 
 import pytest
 
+from processor_api.kafka.group import committed_offsets
+from processor_api.kafka.names import commit_marker_topic
 from processor_api.serdes import Serdes
 from processor_api.testing.embedded import free_port
 from tests.harness.processes import run_cli
-from tests.harness.topics import TopicReader, produce, uid
+from tests.harness.topics import TopicReader, produce, read_topic, uid
 from tests.harness.word_count import WORD_COUNT
 from topologies.word_count import split_words
 
@@ -147,9 +149,17 @@ def test_poison_record_fails_with_log_and_fail_and_is_skipped_with_log_and_conti
     assert any(all(part in text for part in coordinates) for text in failed.stderr.splitlines()), (
         failed.stderr[-3000:]
     )
-    # nothing was committed: the failed micro-batch is the first one and it has no commit
-    commits = tmp_path / "state" / f"poison-fail-{run_id}" / "_spark_checkpoint" / "commits"
-    assert not commits.exists() or not any(commits.iterdir())
+    # nothing was committed: the task of partition 0 failed before its first commit (the
+    # good record before the poison one was not committed either), and the failed epoch,
+    # the run's first Spark batch, has no commit in the Spark checkpoint
+    app_id = f"poison-fail-{run_id}"
+    offsets = committed_offsets(kafka.bootstrap_servers, app_id, [(input_topic, 0)])
+    assert offsets == {}, f"the failed task committed input offsets: {offsets}"
+    markers = read_topic(kafka.bootstrap_servers, commit_marker_topic(app_id))
+    committed_tasks = {record.key for record in markers}
+    assert b"0_0" not in committed_tasks, f"the failed task committed: {committed_tasks}"
+    commits = tmp_path / "state" / app_id / "_spark_checkpoint" / "commits"
+    assert not commits.exists() or not any(commits.iterdir()), sorted(commits.iterdir())
     # ... and run-topology reports it as one clear line, not as a Python traceback
     line = _error_line(failed.stderr)
     assert line.startswith("run-topology: failed: ")
