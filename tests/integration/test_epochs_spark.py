@@ -3,7 +3,8 @@ epoch, commits every ``commit.interval.ms``, outputs as they are made.
 
 On the shared test session (``local[2]``, 2 shuffle partitions): topologies with 2 input
 partitions get a slot per task (continuous epochs); 3 partitions are short of slots (bounded
-epochs, with a warning).
+epochs, with a warning). ``init()`` once per task across many epochs:
+``test_task_lifetime_spark.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.serdes import Serdes
 from tests.harness.processes import task_host_workers
 from tests.harness.runs import BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, committed_records, produce, uid
@@ -115,51 +115,6 @@ def test_exactly_once_commits_a_transaction_every_commit_interval(kafka, spark, 
     assert result.records == 40
 
 
-def test_init_runs_once_per_task_across_many_epochs(kafka, spark, tmp_path):
-    run_id = uid()
-    topics = {
-        "input_topic": f"ep-life-in-{run_id}",
-        "ticks_topic": f"ep-life-ticks-{run_id}",
-        "counts_topic": f"ep-life-counts-{run_id}",
-    }
-    kafka.create_topic(topics["input_topic"], 2)
-    kafka.create_topic(topics["ticks_topic"], 1)
-    kafka.create_topic(topics["counts_topic"], 1)
-    log_path = tmp_path / "lifecycle.log"
-    settings = settings_for(
-        kafka.bootstrap_servers,
-        f"ep-life-{run_id}",
-        tmp_path / "state",
-        epoch_interval_s=1.0,
-    )
-    run = BackgroundRun(
-        "tests.integration.topologies_for_tests:build_lifetime",
-        settings,
-        spark=spark,
-        topology_kwargs={**topics, "log_path": str(log_path), "interval_ms": 1000},
-    )
-    long = Serdes.long()
-    with (
-        run,
-        TopicReader(
-            kafka.bootstrap_servers, topics["counts_topic"], bytes.decode, long.deserialize
-        ) as counts,
-    ):
-        sent = 0
-        while run.runner._progress.result.batches < 5:
-            assert time.monotonic() - run.started < 120, "five epochs did not pass in 120 s"
-            records = [(b"k", b"v", i % 2, (sent + i + 1) * 10) for i in range(10)]
-            sent += produce(kafka.bootstrap_servers, topics["input_topic"], records)
-            time.sleep(0.5)
-            run.check()
-        counts.wait_for(lambda r: len(r) >= sent, timeout_s=60, while_alive=run)
-        result = run.stop()
-    events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
-    assert result.batches >= 5
-    assert {t: events[("init", t)] for t in ("0_0", "0_1")} == {"0_0": 1, "0_1": 1}
-    assert {t: events[("close", t)] for t in ("0_0", "0_1")} == {"0_0": 1, "0_1": 1}
-
-
 def test_too_few_slots_run_bounded_epochs_with_one_warning(kafka, spark, tmp_path):
     run, topics = _echo_run(kafka, spark, tmp_path, uid(), partitions=3)  # 3 tasks, 2 slots
     with (
@@ -250,7 +205,8 @@ def _spark_workers_of(app_id: str) -> list[int]:
 def test_a_backfill_joins_every_trade_with_the_quote_valid_at_its_time(kafka, spark, tmp_path):
     """Two co-partitioned inputs read in timestamp order across the poll loop: a task whose
     other input still has records on the broker fetches them instead of enforcing processing
-    (on micro-batches of 500, 3 of 2,004 trades got an older quote)."""
+    (a task that enforced processing there instead would join some trades with an older
+    quote)."""
     run_id = uid()
     topics = {
         "trades_topic": f"ep-trades-{run_id}",

@@ -1,31 +1,37 @@
-"""A task lives across micro-batches on Spark, as a Kafka Streams task lives across polls:
-``init()`` runs once per task lifetime however many micro-batches there are, again
-only when the task is rebuilt (here: the state dir deleted between two runs), and the
-schedules it registers resume their persisted due times: no punctuation skipped or repeated.
+"""A task lives across epochs on Spark, as a Kafka Streams task lives across polls: ``init()``
+runs once per task lifetime however many epochs there are, again only when the task is
+rebuilt (here: the state dir deleted between two runs), and the schedules it registers resume
+their persisted due times: no punctuation skipped or repeated.
+
+Both runs are continuous, in epochs of one second; the input comes in waves, each once an
+ended epoch has processed the one before, so every wave is processed in an epoch of its own.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter, defaultdict
 
 import pytest
 
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.serdes import Serdes
-from processor_api.spark.runner import TopologyRunner
-from tests.harness.runs import settings_for
+from processor_api.spark.runner import RunResult
+from tests.harness.runs import BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, uid
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 3
+PARTITIONS = 2  # a task slot each on the shared local[2] session: continuous epochs
 INTERVAL_MS = 5_000
-BATCH = 300  # records per micro-batch: each run takes many micro-batches
+EPOCH_S = 1.0  # short epochs: each run spans several
+WAVE = 500  # records per wave: one wave per epoch at least
+WAVE_TIMEOUT_S = 60.0
 
 
 def _records(first: int, count: int) -> list[tuple[bytes, bytes, int]]:
-    """Record ``i`` goes to partition ``i % 3`` with key ``k<i % 7>`` and timestamp ``(i + 1) * 100`` (librdkafka turns 0 into now)."""
+    """Record ``i`` goes to partition ``i % 2`` with key ``k<i % 7>`` and timestamp ``(i + 1) * 100`` (librdkafka turns 0 into now)."""
     return [
         (f"k{i % 7}".encode(), f"v{i}".encode(), i % PARTITIONS)
         for i in range(first, first + count)
@@ -52,23 +58,43 @@ def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
     tracker.flush_and_check(30)
 
 
-def _run(kafka, spark, tmp_path, app_id, topics, log_path) -> int:
+def _wait_processed(run: BackgroundRun, records: int) -> None:
+    """Wait until the run's ended epochs processed ``records`` records."""
+    deadline = time.monotonic() + WAVE_TIMEOUT_S
+    while (processed := run.runner._progress.result.records) < records:
+        run.check()
+        assert run.is_alive(), f"the run ended after {processed} of {records} records"
+        assert time.monotonic() < deadline, (
+            f"ended epochs processed {processed} of {records} records in {WAVE_TIMEOUT_S:g}s"
+        )
+        time.sleep(0.1)
+
+
+def _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, first, count) -> RunResult:
+    """Records ``first`` .. ``first + count`` in waves of :data:`WAVE` through a continuous
+    run, each wave once ended epochs processed the ones before; then the run is stopped."""
     settings = settings_for(
         kafka.bootstrap_servers,
         app_id,
         tmp_path / "state",
         checkpoint_dir=str(tmp_path / "checkpoint"),
-        available_now=True,
-        max_records_per_batch=BATCH,
+        epoch_interval_s=EPOCH_S,
     )
-    runner = TopologyRunner(
+    with BackgroundRun(
         "tests.integration.topologies_for_tests:build_lifetime",
         settings,
-        topology_kwargs={**topics, "log_path": str(log_path), "interval_ms": INTERVAL_MS},
         spark=spark,
-    )
-    result = runner.run()
-    return result.restored
+        topology_kwargs={**topics, "log_path": str(log_path), "interval_ms": INTERVAL_MS},
+    ) as run:
+        for start in range(first, first + count, WAVE):
+            _produce(kafka.bootstrap_servers, topics["input_topic"], start, WAVE)
+            _wait_processed(run, start + WAVE - first)
+        result = run.stop()
+    waves = count // WAVE
+    assert result.records == count, result
+    # every wave came after the epoch that processed the one before had ended
+    assert result.batches >= waves, f"{waves} waves in {result.batches} epochs"
+    return result
 
 
 def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp_path):
@@ -84,24 +110,22 @@ def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp
     log_path = tmp_path / "lifecycle.log"
     app_id = f"life-{run_id}"
 
-    first_run, second_run = 3_000, 1_500
-    _produce(kafka.bootstrap_servers, topics["input_topic"], 0, first_run)
-    _run(kafka, spark, tmp_path, app_id, topics, log_path)
+    first_run, second_run = 6 * WAVE, 3 * WAVE
+    _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, 0, first_run)
 
     events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
     tasks = [f"0_{p}" for p in range(PARTITIONS)]
-    # 3,000 records at 300 per micro-batch: ten micro-batches, one init and one close per task
+    # six waves, each in an epoch of its own: one init and one close per task
     assert {task: events[("init", task)] for task in tasks} == dict.fromkeys(tasks, 1)
     assert {task: events[("close", task)] for task in tasks} == dict.fromkeys(tasks, 1)
 
     # the local state goes; the Spark checkpoint (elsewhere) stays: tasks are rebuilt
     shutil.rmtree(tmp_path / "state")
-    _produce(kafka.bootstrap_servers, topics["input_topic"], first_run, second_run)
-    restored = _run(kafka, spark, tmp_path, app_id, topics, log_path)
+    result = _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, first_run, second_run)
 
     events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
     assert {task: events[("init", task)] for task in tasks} == dict.fromkeys(tasks, 2)
-    assert restored > 0
+    assert result.restored > 0
 
     total = first_run + second_run
     long = Serdes.long()
