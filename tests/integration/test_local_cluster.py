@@ -6,7 +6,12 @@ launches one executor JVM from ``$SPARK_HOME`` (the runner's compiled copy of py
 see ``processor_api.spark.spark_home``, or pyspark's own) and keeps its stdout/stderr in
 ``$SPARK_HOME/work/<app-id>/<executor-id>/``. The test tags its
 executors with a JVM system property to find that directory, checks that both executors ran
-tasks, then deletes it.
+epochs of tasks that processed records (``task_epoch_done``, a debug event of the executors'
+Python workers), then deletes it.
+
+``--available-now`` on two slots for six tasks: each task's epoch ends once it reached the end
+offsets captured at the pass's start, so the tasks take turns on the slots (continuous runs
+short of slots run bounded epochs, tested in ``test_epochs_spark.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from processor_api.logging import LEVEL_ENV
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
+from tests.harness.logs import parse_log_line
 from tests.harness.processes import run_cli
 from tests.harness.topics import TopicReader, uid
 from tests.harness.word_count import WORD_COUNT, WORD_COUNT_LINES
@@ -49,6 +56,10 @@ def _executor_dirs(marker: str) -> list[Path]:
             except OSError:
                 continue
     return sorted(found)
+
+
+def _epoch_done(event: dict | None) -> bool:
+    return event is not None and event.get("event") == "task_epoch_done"
 
 
 def _counts_by_word(records: list[tuple]) -> dict[str, list[int]]:
@@ -85,11 +96,11 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
         "--master",
         "local-cluster[2,1,1024]",
         "--available-now",
-        "--micro-batches",  # two slots for more tasks: bounded epochs are tested on their own
-        "--trigger-interval",
-        "0.5",
         "--spark-conf",
         f"spark.executor.extraJavaOptions={marker}",
+        # the executors' Python processes log debug events; Spark itself stays quiet
+        "--spark-conf",
+        f"spark.executorEnv.{LEVEL_ENV}=debug",
     ]
     for key, value in topics.items():
         args += ["--topology-arg", f"{key}={value}"]
@@ -101,7 +112,11 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
         assert len(executors) == 2, f"executor dirs with {marker}: {executors}"
         for directory in executors:
             text = (directory / "stderr").read_text(errors="replace")
-            assert "task_batch_done" in text, f"{directory} ran no task:\n{text[-2000:]}"
+            epochs = [e for e in map(parse_log_line, text.splitlines()) if _epoch_done(e)]
+            assert any(e.get("records", 0) > 0 for e in epochs), (
+                f"{directory} ran no epoch that processed records "
+                f"({len(epochs)} epochs):\n{text[-2000:]}"
+            )
             # Spark's own INFO lines are off in the executors too (log4j2 at ERROR)
             spark_lines = [line for line in text.splitlines() if " INFO " in line]
             assert not spark_lines, f"{directory} logged Spark INFO lines: {spark_lines[:3]}"
