@@ -1,16 +1,21 @@
 """Tasks moving back and forth between two executors with separate state directories.
 
-Three tasks on ``local-cluster[2,1,1024]`` (two executor JVMs, one slot each) in micro-batches
-run in waves, so a task often lands on the executor it ran on two batches before, whose host
+Three tasks on ``local-cluster[2,1,1024]`` (two executor JVMs, one slot each): a continuous
+run short of slots runs *bounded* epochs (each ends once its task caught up with what its
+partitions held when it began, with a ``bounded_epochs`` warning), so the tasks take turns on
+the two slots and a task often lands on the executor it ran on a few epochs before, whose host
 still holds it with a transactional producer that the other executor has fenced since. With a
 state directory per executor (as on separate machines) the host can only learn that from the
-committed state it is handed. Under ``exactly_once_v2`` the run must neither hang nor fail,
-and the committed outputs and stores must equal the reference fold.
+committed state it is handed. The sales come in waves, each once the one before is committed,
+so the tasks commit on both executors in turn. Under ``exactly_once_v2`` the run must neither
+hang nor fail, and the committed outputs and stores must equal the reference fold.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
+import time
 
 import pytest
 
@@ -31,26 +36,40 @@ pytestmark = pytest.mark.integration
 
 SALES = "topologies.sales_aggregation:build_topology"
 STORE = "PRODUCT_AGGREGATED_SALES"
+PARTITIONS = 3
+WAVES, WAVE = 15, 60
+WAVE_TIMEOUT_S = 120.0
+
+
+def _wait_committed(bootstrap: str, topic: str, count: int, run: CliRun) -> None:
+    """Wait until ``count`` notifications are committed on ``topic``; fail if the run ends
+    or after :data:`WAVE_TIMEOUT_S` (a hung task)."""
+    deadline = time.monotonic() + WAVE_TIMEOUT_S
+    while (committed := len(committed_records(bootstrap, topic)[0])) < count:
+        assert run.is_alive(), f"the run ended with {committed} of {count} committed; {run.tail()}"
+        assert time.monotonic() < deadline, (
+            f"{committed} of {count} notifications committed in {WAVE_TIMEOUT_S:g}s; {run.tail()}"
+        )
+        time.sleep(0.2)
 
 
 def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
     run_id = uid()
+    bootstrap = kafka.bootstrap_servers
     input_topic, output_topic = f"move-in-{run_id}", f"move-out-{run_id}"
     app_id = f"move-{run_id}"
-    kafka.create_topic(input_topic, 3)
-    kafka.create_topic(output_topic, 3)
-    sales = make_sales(900, 12, seed=51)
-    produce_sales(kafka.bootstrap_servers, input_topic, sales)
+    kafka.create_topic(input_topic, PARTITIONS)
+    kafka.create_topic(output_topic, PARTITIONS)
+    sales = make_sales(WAVES * WAVE, 12, seed=51)
     marker = f"-Dprocessor_api.test.run={run_id}"
     topology_args = {"input_topic": input_topic, "output_topic": output_topic, "threshold": 0}
     args = cli_args(
         SALES,
-        kafka.bootstrap_servers,
+        bootstrap,
         app_id,
         tmp_path / "state",
         guarantee="exactly_once_v2",
-        available_now=True,
-        max_records_per_batch=60,
+        available_now=False,
         topology_args=topology_args,
         extra=[
             "--state-dir-per-executor",
@@ -64,8 +83,13 @@ def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
     args[args.index("local[2]")] = "local-cluster[2,1,1024]"
     try:
         with CliRun(args, tmp_path / "run.log") as run:
-            code = run.wait(300)
+            for wave in range(WAVES):
+                produce_sales(bootstrap, input_topic, sales[wave * WAVE : (wave + 1) * WAVE])
+                _wait_committed(bootstrap, output_topic, (wave + 1) * WAVE, run)
+            run.signal(signal.SIGTERM)
+            code = run.wait(120)
             assert code == 0, run.tail()
+            warnings = run.find("bounded_epochs")
         logs = {
             directory.name: (directory / "stderr").read_text(errors="replace")
             for directory in _executor_dirs(marker)
@@ -73,14 +97,14 @@ def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
     finally:
         for app_dir in {d.parent for d in _executor_dirs(marker)}:
             shutil.rmtree(app_dir, ignore_errors=True)
+    # three tasks on two slots: bounded epochs, the tasks taking turns
+    assert [(w["tasks"], w["slots"]) for w in warnings] == [(PARTITIONS, 2)], warnings
     # tasks did move: a task rebuilt on an executor it had left (its committed state moved on)
     assert len(logs) == 2, sorted(logs)
     returned = sum(text.count("task_rebuilt") for text in logs.values())
     assert returned > 0, "no task came back to an executor it had run on"
-    kept, _ = committed_records(kafka.bootstrap_servers, output_topic)
-    reader = open_store_reader(
-        kafka.bootstrap_servers, app_id, SALES, STORE, topology_kwargs=topology_args
-    )
+    kept, _ = committed_records(bootstrap, output_topic)
+    reader = open_store_reader(bootstrap, app_id, SALES, STORE, topology_kwargs=topology_args)
     store = {entry.key: entry.value for _, entry in reader.read()}
     comparison = compare(
         expected_notifications(sales, threshold=0),
