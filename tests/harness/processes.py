@@ -84,7 +84,7 @@ def _task_hosts_of(daemons: set[int]) -> list[int]:
     A host runs in its own session and outlives the worker that started it, so once that
     worker exited it is no descendant of the CLI any more; it stops by itself only when it
     sees its daemon gone (within ``task_host.WATCH_INTERVAL_S``), time enough to finish and
-    commit the batch a crash should have cut off.
+    commit the work a crash should have cut off.
     """
     hosts = []
     for pid, argv in _task_host_argvs():

@@ -259,7 +259,7 @@ def test_a_data_frame_has_one_spark_partition_per_changelog_partition(stopped_ap
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
-def test_a_read_during_a_running_query_finds_committed_batches_only(
+def test_a_read_during_a_running_query_finds_committed_states_only(
     kafka, spark, tmp_path, guarantee
 ):
     run_id = uid()
@@ -307,7 +307,7 @@ def test_a_read_during_a_running_query_finds_committed_batches_only(
             assert total == sum(counts.values()), (partition, entries)
     for partition in range(PARTITIONS):
         seen = [_seen(state[partition]) for state in reads]
-        assert seen == sorted(seen), seen  # never back to an older batch
+        assert seen == sorted(seen), seen  # never back to an older commit
     between = [s for s in reads if 0 < sum(_seen(s[p]) for p in s) < len(records)]
     assert len(between) >= 2, [[_seen(s[p]) for p in s] for s in reads]
 

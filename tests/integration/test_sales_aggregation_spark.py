@@ -50,7 +50,7 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
             out.wait_for(lambda records: len(records) >= 2, timeout_s=30, while_alive=run)
             elapsed = time.monotonic() - run.started
             result = run.stop()
-        # the run stopped after a batch that processed all five events (result.records
+        # the run stopped after the epoch that processed all five events (result.records
         # below): every notification it will ever write is in the topic now; a third (wrong)
         # one would be among what the reader has once it read up to the end
         out.wait_until_read(high_watermarks(kafka.bootstrap_servers, output_topic, 3), 30)
