@@ -121,7 +121,7 @@ def test_poison_record_fails_with_log_and_fail_and_is_skipped_with_log_and_conti
                 str(tmp_path / "state"),
                 "--master",
                 "local[2]",
-                "--available-now",  # run-topology's default: epochs
+                "--available-now",
                 "--topology-arg",
                 f"input_topic={input_topic}",
                 "--topology-arg",

@@ -1,7 +1,6 @@
 """Safe restarts: the application's progress lives in Kafka as well as in
 the Spark checkpoint, so deleting the state dir (with the checkpoint inside it, the default)
-or the checkpoint alone never changes a result, and a consumer group that disagrees with the
-checkpoint stops the run with an error that says how to reset.
+or the checkpoint alone never changes a result.
 
 A word count with a repartition topic runs twice (available-now) with new lines in between;
 the last count of every word must equal the count over all lines.
@@ -13,9 +12,7 @@ import shutil
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
-from processor_api.errors import ConfigError
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.offsets import end_offsets
 from processor_api.serdes import Serdes
@@ -72,7 +69,7 @@ def test_losing_the_state_dir_or_the_checkpoint_never_changes_a_result(
     kafka.create_topic(topics["input_topic"], 3)
     app_id = f"safe-{run_id}"
     state_dir = tmp_path / "state"
-    overrides = {"available_now": True, "processing_guarantee": guarantee, "epochs": True}
+    overrides = {"available_now": True, "processing_guarantee": guarantee}
     if lost == "checkpoint":
         overrides["checkpoint_dir"] = str(tmp_path / "checkpoint")
     settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, **overrides)
@@ -100,24 +97,3 @@ def test_losing_the_state_dir_or_the_checkpoint_never_changes_a_result(
     assert committed_offsets(kafka.bootstrap_servers, app_id, partitions) == end_offsets(
         kafka.bootstrap_servers, partitions
     )
-
-
-def test_a_group_that_disagrees_with_the_checkpoint_stops_the_run(kafka, spark, tmp_path):
-    run_id = uid()
-    topics = _topics(run_id)
-    kafka.create_topic(topics["input_topic"], 3)
-    app_id = f"safe-{run_id}"
-    settings = settings_for(kafka.bootstrap_servers, app_id, tmp_path / "state", available_now=True)
-    _produce_lines(kafka.bootstrap_servers, topics["input_topic"], FIRST, 0)
-    _run(kafka, spark, settings, topics)
-
-    # someone resets the group's offset of partition 1 to 0 (as a reset tool would)
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": app_id})
-    consumer.commit(offsets=[TopicPartition(topics["input_topic"], 1, 0)], asynchronous=False)
-    consumer.close()
-
-    with pytest.raises(
-        ConfigError,
-        match=rf"consumer group '{app_id}' and the Spark checkpoint .* disagree on {topics['input_topic']}\[1\]: the group committed offset 0, behind the checkpoint \(1 committed",
-    ):
-        _run(kafka, spark, settings, topics)
