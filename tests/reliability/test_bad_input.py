@@ -7,6 +7,12 @@ The handler logic is the task engine's, shared by the test driver and Spark: the
 cover every kind x handler in milliseconds; the Spark tests run ``run-topology`` (exactly-once,
 so "nothing committed past the bad record" is checked on what a read_committed reader gets,
 aborted transactions filtered by their markers, see ``tests.harness.wire.transaction_status``).
+
+On Spark a task commits every ``commit.interval.ms`` (100 ms under exactly-once) inside its
+epoch, so where its commits fall among records that arrive together is a matter of timing. The
+tests make it certain: the input arrives in parts, the next part only once a commit covered
+the last one (the task's ``task_committed`` debug event whose stream time reached that part's
+last timestamp).
 """
 
 from __future__ import annotations
@@ -174,49 +180,66 @@ def _committed_totals(bootstrap: str, topic: str) -> dict[str, list[int]]:
     return totals
 
 
+def _committed_through(run: CliRun, timestamp: int, timeout_s: float = 300) -> None:
+    """Wait until the run's task committed what it processed up to the record of
+    ``timestamp`` (its stream time reached it)."""
+    run.wait_event(
+        lambda e: e.name == "task_committed" and e.event.get("stream_time", -1) >= timestamp,
+        timeout_s,
+    )
+
+
 @pytest.mark.integration
 def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead_letter_topic(
     kafka, tmp_path
 ):
-    """One input partition, two records per micro-batch, exactly-once:
+    """One input partition, exactly-once, the input in three parts (offsets 0-1, 2-3, 4-9):
 
-    run 1 (defaults): fails at offset 2 (invalid JSON), exit 1, the line names topic,
-    partition, offset, processor and cause; only batch [0, 1] is committed.
-    run 2 (defaults): the same record fails the same way.
-    run 3 (deserialization handler log_and_continue): offset 2 goes to the dead-letter topic,
-    offset 3 is committed, offset 4 (wrong type) fails in process().
-    run 4 (both handlers log_and_continue): offsets 4 and 6 go to the dead-letter topic, the
-    punctuator's exception after offset 8 is logged, the run ends with exit 0.
+    run 1 (defaults, continuous): commits offsets 0 and 1; then offsets 2-3 arrive and it
+    fails at offset 2 (invalid JSON), exit 1, the line names topic, partition, offset,
+    processor and cause; the commit of [0, 1] is kept, nothing from offset 2 on is committed.
+    run 2 (defaults, available-now): the same record fails the same way.
+    run 3 (deserialization handler log_and_continue, continuous): offset 2 goes to the
+    dead-letter topic, offset 3 is processed, both committed; then offsets 4-9 arrive and
+    offset 4 (wrong type) fails in process(): nothing from offset 4 on is committed.
+    run 4 (both handlers log_and_continue, available-now): offsets 4 and 6 go to the
+    dead-letter topic, the punctuator's exception after offset 8 is logged, the run ends with
+    exit 0; each bad record is in the dead-letter topic once.
     """
     bootstrap = kafka.bootstrap_servers
     run_id = uid()
     topics = {"in": f"bad-in-{run_id}", "out": f"bad-out-{run_id}", "dlq": f"bad-dlq-{run_id}"}
     create_topics_now(bootstrap, {topics["in"]: 1, topics["out"]: 1})
-    produce(bootstrap, topics["in"], _flow_records(topics["in"]))
+    flow = _flow_records(topics["in"])
+    first_part, second_part, third_part = flow[:2], flow[2:4], flow[4:]
+    produce(bootstrap, topics["in"], first_part)
     app_id = f"bad-{run_id}"
     state_dir = tmp_path / "state"
 
-    def run(number: int, **handlers: str) -> CliRun:
+    def cli(number: int, available_now: bool, **handlers: str) -> CliRun:
+        """Run ``number`` (started by ``with``)."""
         args = cli_args(
             AMOUNTS,
             bootstrap,
             app_id,
             state_dir,
             guarantee="exactly_once_v2",
-            max_records_per_batch=2,
+            available_now=available_now,
             topology_args={
                 "input_topic": topics["in"],
                 "output_topic": topics["out"],
                 "fail_punctuation_at": FAIL_PUNCTUATION_AT,
             },
             config={"dead_letter_topic": topics["dlq"], **handlers},
+            extra=["--log-level", "debug"],  # task_committed
         )
-        cli = CliRun(args, tmp_path / f"run-{number}.log").start()
-        try:
-            cli.wait(300)
-        finally:
-            cli.__exit__(None, None, None)
-        return cli
+        return CliRun(args, tmp_path / f"run-{number}.log")
+
+    def run(number: int, **handlers: str) -> CliRun:
+        """An available-now run to its end."""
+        with cli(number, True, **handlers) as started:
+            started.wait(300)
+        return started
 
     def located(line: str, offset: int, processor: str, *causes: str) -> None:
         for part in (
@@ -228,7 +251,15 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
         ):
             assert part in line, f"{part!r} missing from: {line}"
 
-    first = run(1)
+    def dead_letters() -> list[tuple[bytes, bytes]]:
+        dead, _ = committed_records(bootstrap, topics["dlq"])
+        return [(r.key, r.value) for r in dead]
+
+    with cli(1, False) as first:
+        _committed_through(first, first_part[-1][3])
+        assert _committed_totals(bootstrap, topics["out"]) == {"a": [1], "b": [2]}
+        produce(bootstrap, topics["in"], second_part)
+        first.wait(300)
     assert first.returncode == 1, first.tail()
     line = first.error_line()
     assert line and line.startswith("run-topology: failed: "), first.tail()
@@ -240,10 +271,16 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
     assert second.error_line() == line
     assert _committed_totals(bootstrap, topics["out"]) == {"a": [1], "b": [2]}
 
-    third = run(3, deserialization_exception_handler="log_and_continue")
+    with cli(3, False, deserialization_exception_handler="log_and_continue") as third:
+        _committed_through(third, second_part[-1][3])
+        assert _committed_totals(bootstrap, topics["out"]) == {"a": [1, 5], "b": [2]}
+        assert dead_letters() == [(b"x", BAD_JSON)]
+        produce(bootstrap, topics["in"], third_part)
+        third.wait(300)
     assert third.returncode == 1, third.tail()
     located(third.error_line() or "", 4, PROCESSOR, "TypeError")
     assert _committed_totals(bootstrap, topics["out"]) == {"a": [1, 5], "b": [2]}
+    assert dead_letters() == [(b"x", BAD_JSON)]
 
     fourth = run(
         4,
@@ -287,35 +324,41 @@ def test_bad_records_on_spark_fail_until_the_handler_changes_then_go_to_the_dead
 
 
 @pytest.mark.integration
-def test_punctuator_exception_on_spark_fails_the_batch_and_commits_nothing_of_it(kafka, tmp_path):
+def test_punctuator_exception_on_spark_fails_the_task_and_commits_nothing_since_its_last_commit(
+    kafka, tmp_path
+):
     """log_and_fail: the exception of a punctuator stops the run (exit 1) naming the processor
-    and the cause; the micro-batch that fired it is not committed (its output is aborted)."""
+    and the cause; what the task did since its last commit, the record whose stream time fired
+    the punctuator included, is not committed (its output is aborted), and that commit is
+    kept. The second record arrives once the first one's commit is made."""
     bootstrap = kafka.bootstrap_servers
     run_id = uid()
     topics = {"in": f"punct-in-{run_id}", "out": f"punct-out-{run_id}"}
     create_topics_now(bootstrap, {topics["in"]: 1, topics["out"]: 1})
-    produce(
-        bootstrap,
-        topics["in"],
-        [
-            (b"a", json.dumps({"amount": 1}).encode(), 0, BASE_TS),
-            (b"a", json.dumps({"amount": 2}).encode(), 0, FAIL_PUNCTUATION_AT),
-        ],
-    )
+    produce(bootstrap, topics["in"], [(b"a", json.dumps({"amount": 1}).encode(), 0, BASE_TS)])
     args = cli_args(
         AMOUNTS,
         bootstrap,
         f"punct-{run_id}",
         tmp_path / "state",
         guarantee="exactly_once_v2",
-        max_records_per_batch=1,
+        available_now=False,
         topology_args={
             "input_topic": topics["in"],
             "output_topic": topics["out"],
             "fail_punctuation_at": FAIL_PUNCTUATION_AT,
         },
+        extra=["--log-level", "debug"],  # task_committed
     )
     with CliRun(args, tmp_path / "run.log") as cli:
+        _committed_through(cli, BASE_TS)
+        kept, _ = committed_records(bootstrap, topics["out"])
+        assert [Serdes.long().deserialize(r.value) for r in kept] == [1]
+        produce(
+            bootstrap,
+            topics["in"],
+            [(b"a", json.dumps({"amount": 2}).encode(), 0, FAIL_PUNCTUATION_AT)],
+        )
         code = cli.wait(300)
     assert code == 1, cli.tail()
     line = cli.error_line() or ""
@@ -324,5 +367,5 @@ def test_punctuator_exception_on_spark_fails_the_batch_and_commits_nothing_of_it
     kept, aborted = committed_records(bootstrap, topics["out"])
     assert [Serdes.long().deserialize(r.value) for r in kept] == [1]
     # what Tansu shows a read_committed reader anyway (no aborted-transaction list): the
-    # failed batch's output, 3, from its aborted transaction
+    # output of the failed commit interval, 3, from its aborted transaction
     assert [Serdes.long().deserialize(r.value) for r in aborted] in ([], [3])
