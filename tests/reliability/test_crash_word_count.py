@@ -1,11 +1,13 @@
 """kill -9 inside an upstream transaction of a word count under exactly_once_v2.
 
-The upstream task (split) writes words to the repartition topic in its transaction; the run
-is killed while such words are on the broker with no transaction marker after them yet. The
-next start aborts that transaction (the new producer fences it) and processes the lines
-again. Tansu shows the aborted words to ``read_committed`` readers; the downstream count must
-skip them by design (batch stamps, ``processor_api/kafka/batch_stamps.py``): every word's last
-count and the store equal a plain count of the input.
+The upstream task (split, paced: 5 ms per line) writes words to the repartition topic in the
+transaction it commits every 100 ms inside its epoch; once a task of the run has committed
+processed records, the run is killed while such words are on the broker with no transaction
+marker after them yet. The next start aborts that transaction (the new producer fences it) and
+processes the lines again. Tansu shows the aborted words to ``read_committed`` readers; the
+downstream count must skip them by design (the stamps of ``processor_api/kafka/batch_stamps.py``
+name the commit each word belongs to): every word's last count and the store equal a plain
+count of the input.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ def _lines(count: int, seed: int) -> list[str]:
 
 
 def _kill_inside_an_upstream_transaction(run: CliRun, bootstrap: str, repartition: str) -> int:
-    """After one batch with records, kill once words of an open transaction are on the
-    repartition topic; returns how many such words there were."""
-    run.wait_event(lambda e: e.name == "batch_done" and e.event.get("records", 0) > 0, 120)
+    """After a task's first commit of processed records (``task_committed``, a debug event),
+    kill once words of an open transaction are on the repartition topic; returns how many
+    such words there were."""
+    run.wait_event(
+        lambda e: e.name == "task_committed" and e.event.get("processed", 0) > 0, RUN_TIMEOUT_S
+    )
     watch = OutputWatch(bootstrap, repartition, high_watermarks(bootstrap, repartition, PARTITIONS))
     try:
         deadline = time.monotonic() + 30
@@ -75,8 +80,8 @@ def test_kill_9_inside_an_upstream_transaction_never_counts_a_word_twice(kafka, 
         tmp_path / "state",
         tmp_path / "checkpoint",
         guarantee="exactly_once_v2",
-        max_records_per_batch=300,
-        topology_args={**topics, "pause_ms": 2.0},
+        topology_args={**topics, "pause_ms": 5.0},  # ~2.5 s of upstream work per task
+        extra=["--log-level", "debug"],
     )
     log = tmp_path / "run-topology.log"
     with CliRun(args, log) as run:
