@@ -1,4 +1,4 @@
-"""Broker outages under ``run-topology --epochs`` on Spark (issue 21 items 2 and 3): the sales
+"""Broker outages under ``run-topology`` (in epochs) on Spark (issue 21 items 2 and 3): the sales
 aggregation with every client behind a fault-injection proxy (tests/harness/proxy.py).
 
 * an outage of 5 s (30 s: ``slow``) in the middle of the run is ridden out under both
@@ -68,7 +68,7 @@ def _args(proxy, topics, app_id, state_dir, guarantee, config=None) -> list[str]
         available_now=False,
         topology_args=topics,
         config=config,
-        extra=["--epochs", "--epoch-interval", "5"],
+        extra=["--epoch-interval", "5"],
     )
 
 

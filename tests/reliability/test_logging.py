@@ -87,7 +87,8 @@ def test_each_event_is_one_write_of_a_whole_line():
 
 
 # str() of the StreamingQueryException that `run-topology` got when the broker stopped in the
-# middle of an exactly-once micro-batch (trimmed: paths shortened, Java frames cut)
+# middle of an exactly-once run (an earlier version's runtime, whose frames these are; trimmed:
+# paths shortened, Java frames cut): a task's Kafka error wrapped in Spark's and Py4J's text
 WORKER_KAFKA_FAILURE = """\
 [STREAM_FAILED] Query [id = 8417a3ba, runId = fa7720d5] terminated with exception: \
 [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach \
