@@ -2,6 +2,18 @@
 --available-now``, killed with ``kill -9`` (the whole process tree) at well-defined moments and
 restarted, then compared with the reference fold (:mod:`tests.harness.folds`).
 
+Each run is one epoch in which every task commits every ``commit.interval.ms``; the kills are
+placed by those commits (the hosts' ``task_committed`` events, logged at debug level):
+
+* ``mid_commit``: after 1-3 commits, between two commits, as soon as output records of the
+  open commit interval are in the log (under exactly-once: inside the task's open
+  transaction);
+* ``after_commit``: right after the 1st-3rd commit;
+* ``state_dir_deleted``: like ``mid_commit``, then ``--state-dir`` is deleted (the Spark
+  checkpoint is kept elsewhere, as Kafka keeps a Kafka Streams app's committed offsets);
+* ``restore``: at the run's first ``restore_start`` (the run holds each restored batch, so
+  the kill lands inside the restore).
+
 Used by ``tests/reliability/test_crash.py`` and ``python -m tests.reliability.soak``.
 """
 
@@ -36,7 +48,7 @@ from tests.harness.wire import OutputWatch, high_watermarks, topic_transaction_s
 PACED_SALES = "tests.reliability.topologies_for_tests:build_paced_sales"
 PAUSING_LISTENER = "tests.reliability.topologies_for_tests:PausingRestoreListener"
 
-KILL_KINDS = ("mid_batch", "between_batches", "restore", "state_dir_deleted")
+KILL_KINDS = ("mid_commit", "after_commit", "restore", "state_dir_deleted")
 
 
 @dataclass
@@ -76,7 +88,8 @@ class CrashReport:
 
 class CrashScenario:
     """Seed 000's sales aggregation under ``run-topology --available-now``, killed and
-    restarted: ``kills`` is the sequence of kill kinds, then one last run to the end."""
+    restarted: ``kills`` is the sequence of kill kinds (see the module docs), then one last
+    run to the end."""
 
     def __init__(
         self,
@@ -86,12 +99,10 @@ class CrashScenario:
         sales: list[Sale],
         *,
         partitions: int = 3,
-        max_records_per_batch: int = 400,
         seed: int = 0,
         run_timeout_s: float = 420.0,
-        mid_batch_wait_s: float = 3.0,
+        mid_commit_wait_s: float = 3.0,
         pause_ms: float = 0.0,
-        epochs: bool = False,
         commit_interval_ms: int | None = None,
         log: Callable[[str], None] = lambda _: None,
     ) -> None:
@@ -100,13 +111,11 @@ class CrashScenario:
         self.guarantee = guarantee
         self.sales = sales
         self.partitions = partitions
-        self.max_records_per_batch = max_records_per_batch
         self.rnd = random.Random(seed)
         self.run_timeout_s = run_timeout_s
-        self.mid_batch_wait_s = mid_batch_wait_s
+        self.mid_commit_wait_s = mid_commit_wait_s
         self.pause_ms = pause_ms  # > 0: the paced variant of seed 000's topology
-        # epochs: one long epoch per run; kills are placed by the tasks' commits
-        self.epochs = epochs
+        # None: Kafka Streams' default for the guarantee (30 s at_least_once, 100 ms eos)
         self.commit_interval_ms = commit_interval_ms
         self.log = log
         run_id = uid()
@@ -139,11 +148,10 @@ class CrashScenario:
             self.state_dir,
             self.checkpoint_dir,
             guarantee=self.guarantee,
-            max_records_per_batch=None if self.epochs else self.max_records_per_batch,
             topology_args=topology_args,
             config=config,
             # the commits that place the kills are debug events
-            extra=["--epochs", "--log-level", "debug"] if self.epochs else (),
+            extra=["--log-level", "debug"],
         )
 
     def setup(self) -> None:
@@ -153,84 +161,17 @@ class CrashScenario:
         produce_sales(self.bootstrap, self.input_topic, self.sales)
 
     # -- kill points
-    def _committed_batches(self) -> set[int]:
-        commits = self.checkpoint_dir / "commits"
-        if not commits.exists():
-            return set()
-        return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
-
     def _kill(self, run: CliRun, kind: str, number: int) -> KillRecord:
         record = KillRecord(kind, number, done=False)
-        timeout = self.run_timeout_s
         try:
-            if self.epochs and kind != "restore":
-                record.detail = self._epoch_kill_point(run, kind, timeout)
-            elif kind in ("mid_batch", "state_dir_deleted"):
-                # after >= 1 batch of this run committed, so the changelog positions in
-                # GroupState are > 0 and the next start has something to restore
-                skip = self.rnd.randint(1, 2)
-                after = 0
-                for _ in range(skip):
-                    after = (
-                        run.wait_event(
-                            lambda e: e.name == "batch_done" and e.event.get("records", 0) > 0,
-                            timeout,
-                            after,
-                        ).index
-                        + 1
-                    )
-                hit = run.wait_event(
-                    lambda e: e.name == "task_batch_done" and e.event.get("records", 0) > 0,
-                    timeout,
-                    after,
-                )
-                # kill once the next task has produced output records that no commit marker
-                # follows yet (its open transaction, under exactly-once: records whose
-                # transaction already committed do not count); if none within the bound,
-                # kill anyway
-                marks = high_watermarks(self.bootstrap, self.output_topic, self.partitions)
-                deadline = time.monotonic() + self.mid_batch_wait_s
-                produced = 0
-                watch = OutputWatch(self.bootstrap, self.output_topic, marks)
-                try:
-                    while time.monotonic() < deadline and run.is_alive():
-                        produced = watch.count()
-                        if produced:
-                            break
-                        time.sleep(0.001)
-                finally:
-                    watch.close()
-                if not run.is_alive():
-                    raise RunEnded("ended while waiting for output")
-                record.detail = {
-                    "after_batches": skip,
-                    "task": hit.event.get("task"),
-                    "output_in_flight": produced,
-                }
-            elif kind == "between_batches":
-                skip = self.rnd.randint(0, 2)
-                after = 0
-                while True:
-                    done = run.wait_event("batch_done", timeout, after)
-                    after = done.index + 1
-                    if skip == 0 and done.event.get("records", 0) > 0:
-                        break
-                    skip -= 1 if done.event.get("records", 0) > 0 else 0
-                batch = int(done.event["batch"])
-                deadline = time.monotonic() + 30
-                while batch not in self._committed_batches():
-                    if time.monotonic() > deadline or not run.is_alive():
-                        raise RunEnded(f"batch {batch} was never committed")
-                    time.sleep(0.005)
-                record.detail = {"batch": batch}
-            elif kind == "restore":
-                hit = run.wait_event("restore_start", timeout)
+            if kind == "restore":
+                hit = run.wait_event("restore_start", self.run_timeout_s)
                 record.detail = {
                     "task": hit.event.get("task"),
                     "end_offset": hit.event.get("end_offset"),
                 }
             else:
-                raise ValueError(kind)
+                record.detail = self._commit_kill_point(run, kind, self.run_timeout_s)
         except RunEnded:
             self.log(f"  run {number} ended before the {kind} kill point")
             return record
@@ -245,11 +186,13 @@ class CrashScenario:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return record
 
-    def _epoch_kill_point(self, run: CliRun, kind: str, timeout: float) -> dict[str, Any]:
-        """In epochs: ``between_batches`` kills right after a task's commit (of processed
-        records); ``mid_batch`` and ``state_dir_deleted`` once 1-3 commits happened, as soon
-        as output records that no transaction marker follows are in the log (an open
-        transaction, under exactly-once)."""
+    def _commit_kill_point(self, run: CliRun, kind: str, timeout: float) -> dict[str, Any]:
+        """Wait for 1-3 task commits of processed records in this run (``task_committed``),
+        then: ``after_commit`` kills at once; ``mid_commit`` and ``state_dir_deleted`` as soon
+        as output records that no transaction marker follows are in the log (the open
+        transaction of the next commit, under exactly-once), or after ``mid_commit_wait_s``."""
+        if kind not in ("mid_commit", "after_commit", "state_dir_deleted"):
+            raise ValueError(kind)
         skip = self.rnd.randint(1, 3)
         after = 0
         for _ in range(skip):
@@ -261,12 +204,10 @@ class CrashScenario:
                 ).index
                 + 1
             )
-        if kind == "between_batches":
+        if kind == "after_commit":
             return {"after_commits": skip}
-        if kind not in ("mid_batch", "state_dir_deleted"):
-            raise ValueError(kind)
         marks = high_watermarks(self.bootstrap, self.output_topic, self.partitions)
-        deadline = time.monotonic() + self.mid_batch_wait_s
+        deadline = time.monotonic() + self.mid_commit_wait_s
         produced = 0
         watch = OutputWatch(self.bootstrap, self.output_topic, marks)
         try:
