@@ -5,19 +5,24 @@ with ``kill -9`` (the whole process tree) again and again, then compared with a 
         --out bench/results/soak-$(date +%F).json
 
 For each guarantee: a fresh input topic (3 partitions) gets ``--events`` sales over
-``--products`` products; ``run-topology --available-now`` is started and killed ``--kills``
-times, cycling through the kill kinds ``mid_batch`` (after a task's ``task_batch_done``, as
-soon as the next task's first output records are in the log: inside its transaction under
-exactly-once), ``between_batches`` (once a batch's
-commit file is in the Spark checkpoint), ``state_dir_deleted`` (a mid-batch kill, then the
-state dir is deleted) and ``restore`` (at the next ``restore_start``); then one run goes to the
-end. A ``read_committed`` reader's view of the output is compared with the reference fold (see
-``tests/harness/folds.py``: ``compare``), both as read and with the records of aborted
-transactions removed (Tansu shows them to ``read_committed`` readers; a Kafka broker does not).
+``--products`` products; ``run-topology --available-now`` (one epoch per run, every task
+committing every ``commit.interval.ms``) is started and killed ``--kills`` times, cycling
+through the kill kinds of ``tests/harness/crash.py``: ``mid_commit`` (after 1-3 commits of a
+task, as soon as output records of the open commit interval are in the log: inside a
+transaction under exactly-once), ``after_commit`` (right after a commit), ``state_dir_deleted``
+(a mid-commit kill, then the state dir is deleted) and ``restore`` (at the next
+``restore_start``); then one run goes to the end. A ``read_committed`` reader's view of the
+output is compared with the reference fold (see ``tests/harness/folds.py``: ``compare``),
+both as read and with the records of aborted transactions removed (Tansu shows them to
+``read_committed`` readers; a Kafka broker does not).
+
+The runs use the paced twin of the topology (``--pause-ms``, 1 ms per record by default) so
+that each task's work spans many commits for the kills to fall between, and commit every
+100 ms under exactly_once_v2 (Kafka Streams' default) and every 300 ms under at_least_once
+(its default, 30 s, would put no commit inside a run); ``--commit-interval-ms`` sets both.
 
 ``--repeat N`` runs the whole plan N times per guarantee and prints how many passed (a run
-that fails by itself counts as a failure, its error kept in the JSON); ``--epochs`` runs in
-epochs, the kills placed by the tasks' commits instead of by micro-batches.
+that fails by itself counts as a failure, its error kept in the JSON).
 
 Prints a summary table, writes every detail as JSON to ``--out``, exits 1 if a guarantee was
 broken. Uses an embedded Tansu broker unless ``--bootstrap-servers`` is given.
@@ -43,7 +48,9 @@ from tests.harness.crash import KILL_KINDS, CrashScenario
 from tests.harness.folds import is_ok, make_sales
 
 GUARANTEES = ("at_least_once", "exactly_once_v2")
-CYCLE = ("mid_batch", "between_batches", "state_dir_deleted", "restore")
+CYCLE = ("mid_commit", "after_commit", "state_dir_deleted", "restore")
+#: commit.interval.ms per guarantee unless --commit-interval-ms says otherwise
+COMMIT_INTERVAL_MS = {"at_least_once": 300, "exactly_once_v2": 100}
 
 
 def kill_plan(kills: int) -> list[str]:
@@ -93,7 +100,7 @@ def table(reports) -> str:
         "guarantee",
         "view",
         "runs",
-        "kills mid/betw/st_del/restore",
+        "kills mid/after/st_del/restore",
         "in output",
         "restores hit",
         "events",
@@ -115,7 +122,7 @@ def table(reports) -> str:
         in_restore = sum(
             1 for k in report.kills if k.kind == "restore" and k.done and k.detail.get("in_flight")
         )
-        mid = [k for k in report.kills if k.done and k.kind in ("mid_batch", "state_dir_deleted")]
+        mid = [k for k in report.kills if k.done and k.kind in ("mid_commit", "state_dir_deleted")]
         in_output = sum(1 for k in mid if k.detail.get("output_in_flight"))
         for view, comparison in (
             ("read_committed", report.read_committed),
@@ -130,7 +137,7 @@ def table(reports) -> str:
                     report.runs,
                     "/".join(
                         str(kinds[k])
-                        for k in ("mid_batch", "between_batches", "state_dir_deleted", "restore")
+                        for k in ("mid_commit", "after_commit", "state_dir_deleted", "restore")
                     ),
                     f"{in_output}/{len(mid)}",
                     f"{in_restore}/{kinds['restore']}",
@@ -162,15 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=8)
     parser.add_argument("--guarantee", choices=[*GUARANTEES, "both"], default="both")
     parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--max-records-per-batch", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--pause-ms",
         type=float,
-        default=0.0,
-        help="> 0: run the paced twin of seed 000's topology (sleeps this long "
-        "per record, same output) so mid-batch kills land inside open "
-        "transactions",
+        default=1.0,
+        help="> 0: run the paced twin of seed 000's topology (sleeps this long per record, "
+        "same output) so that a task's work spans many commits and mid-commit kills land "
+        "inside open transactions; 0: seed 000's topology as it is",
     )
     parser.add_argument(
         "--bootstrap-servers",
@@ -183,15 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         help="state, checkpoints and logs (default: a temp dir, deleted unless --keep)",
     )
     parser.add_argument(
-        "--epochs",
-        action="store_true",
-        help="run in epochs (--epochs): kills are placed by the tasks' commits, not by batches",
-    )
-    parser.add_argument(
         "--commit-interval-ms",
         type=int,
         default=None,
-        help="commit.interval.ms of the runs (default: Kafka Streams' for the guarantee)",
+        help="commit.interval.ms of the runs (default: 100 under exactly_once_v2, 300 under "
+        "at_least_once)",
     )
     parser.add_argument(
         "--repeat",
@@ -236,11 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                     guarantee,
                     sales,
                     partitions=args.partitions,
-                    max_records_per_batch=args.max_records_per_batch,
                     seed=args.seed * 100 + number + 1000 * repeat,
                     pause_ms=args.pause_ms,
-                    epochs=args.epochs,
-                    commit_interval_ms=args.commit_interval_ms,
+                    commit_interval_ms=args.commit_interval_ms or COMMIT_INTERVAL_MS[guarantee],
                     log=log,
                 )
                 with machine_lock(args.lock):
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nresult: {outcome}\n"
         "  exactly-once is judged on committed transactions; 'aborted shown': records of "
         "aborted transactions\n  that Tansu returns to read_committed readers; 'in output': "
-        "mid-batch kills made after the next\n  task's first output reached the log; "
+        "mid-commit kills made once output\n  of an open commit interval was in the log; "
         "'restores hit': restore kills that landed before restore_done"
     )
     if args.out:
