@@ -22,7 +22,8 @@ class RunSettings:
     processing_guarantee: str = "at_least_once"
     #: Process what the input topics hold at the start, then end (``--available-now``).
     available_now: bool = False
-    #: Length of a continuous epoch (``--epoch-interval``); see the README's "Epochs".
+    #: Length of a continuous epoch (``--epoch-interval``); why 60 s: the manual's "Epochs"
+    #: page (``docs/running/epochs.md``).
     epoch_interval_s: float = 60.0
     config: dict[str, Any] = field(default_factory=dict)
     log_format: str = "console"

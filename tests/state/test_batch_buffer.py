@@ -1,4 +1,4 @@
-"""The batch buffer keeps a micro-batch's writes out of the inner store until commit."""
+"""The batch buffer keeps a task's writes since its last commit out of the inner store until the commit."""
 
 from __future__ import annotations
 
