@@ -1,16 +1,26 @@
 """A record the producer reports undeliverable after it was sent (in its
 delivery report) goes to the ``production.exception.handler`` of the task, on the embedded
-broker, through the Spark task runner (without Spark).
+broker, through the epoch task runner (without Spark).
 
 The undeliverable record is real: the processing handler of the topology dead-letters the
 record that fails to a partition its dead-letter topic does not have. The topic is created
-after the task's producer fetched the cluster's metadata (the first, empty batch committed),
-so the producer accepts the record and reports ``_UNKNOWN_PARTITION`` in its delivery report.
+after the task was built and its producer connected (a first, empty epoch: end offset 0), so
+the producer does not know the topic when the record comes, accepts it and reports
+``_UNKNOWN_PARTITION`` in its delivery report. The epoch that processes the three input
+records ends at their end offset (3), committing unless the failed delivery fails it.
+
+The producer may learn the topic's one partition before it queued the record, and then
+refuses it in ``produce()`` instead (a ``RecordSendError``, a few runs in a hundred): the
+embedded broker answers every metadata request with every topic, and the producer's own
+request for the unknown topic, sent from inside ``produce()``, can be answered before that
+call queued the record. This scenario needs the delivery report, so it is run again with a
+new producer and new topics then (:func:`second_epoch`), up to :data:`ATTEMPTS` times.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from structlog.testing import capture_logs
@@ -20,7 +30,8 @@ from processor_api.errors import DeliveryError, RecordSendError
 from processor_api.handlers import DeadLetterRecord, HandlerResponse
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.runtime.task_runner import InputRange, TaskRunner
+from processor_api.runtime.epoch_runner import EpochControl, EpochTaskRunner
+from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
 from tests.harness.task_runs import one_task
 from tests.harness.topics import committed_records, produce, read_topic, uid
 
@@ -28,6 +39,10 @@ pytestmark = pytest.mark.integration  # every test here uses the embedded broker
 
 HERE = __name__
 MISSING_PARTITION = 3
+#: An epoch that has not reached its end offset by then ends (and fails the test).
+EPOCH_LIMIT_S = 60.0
+#: Runs of the scenario while the producer refuses the record in ``produce()`` (module docs).
+ATTEMPTS = 3
 #: Topics of the running test, for the handlers below (the runner runs in this process).
 TOPICS: dict[str, str] = {}
 SEEN: list[tuple] = []
@@ -89,7 +104,7 @@ def build(input_topic: str, output_topic: str) -> Topology:
 
 
 class Run:
-    """A task runner over ``in -> check -> out`` whose first (empty) batch committed."""
+    """An epoch task runner over ``in -> check -> out`` whose first (empty) epoch ran."""
 
     def __init__(self, kafka, tmp_path, production_handler: str, guarantee: str) -> None:
         run_id = uid()
@@ -102,8 +117,8 @@ class Run:
         for topic in (self.input, self.output, TOPICS["dlq"], commit_marker_topic(self.app)):
             kafka.create_topic(topic, 1)
         produce(self.bootstrap, self.input, [(b"a", b"one"), (b"b", b"bad"), (b"c", b"three")])
-        _, self.runner = one_task(
-            TaskRunner,
+        self.spec, self.runner = one_task(
+            EpochTaskRunner,
             build(self.input, self.output),
             run_id=run_id,
             bootstrap=self.bootstrap,
@@ -114,12 +129,30 @@ class Run:
                 "processing.exception.handler": f"{HERE}:dead_letter_to_a_missing_partition",
                 "production.exception.handler": production_handler,
             },
+            input_topic=self.input,
         )
-        self.state = self.runner.run_batch(None, []).metadata_json  # the producer is connected
+        first = self.epoch(None, 0, epoch=1)  # the task is built, its producer connected
+        assert (first.processed, first.rebuilt) == (0, True)
+        self.state = first.metadata_json
         kafka.create_topic(TOPICS["lost"], 1)  # unknown to the producer's metadata
 
-    def batch(self):
-        return self.runner.run_batch(self.state, [InputRange(self.input, 0, 0, 3)])
+    def epoch(self, state: str | None, end_offset: int, epoch: int) -> EpochReply:
+        """One epoch that ends once the input is processed up to ``end_offset``; it fails
+        the test if it ends by its time limit instead."""
+        end = EpochEnd(duration_s=EPOCH_LIMIT_S, end_offsets={(self.input, 0): end_offset})
+        started = time.monotonic()
+        reply = self.runner.run_epoch(
+            EpochRequest(self.spec, "0_0", state, epoch, end), EpochControl(connected=lambda: True)
+        )
+        took_s = time.monotonic() - started
+        assert took_s < EPOCH_LIMIT_S, f"epoch {epoch} did not reach offset {end_offset}: {reply}"
+        return reply
+
+    def process_the_input(self) -> EpochReply:
+        """The epoch that processes the three input records (the second epoch)."""
+        reply = self.epoch(self.state, 3, epoch=2)
+        assert not reply.rebuilt  # the task of the first epoch goes on
+        return reply
 
     def group(self) -> dict:
         return committed_offsets(self.bootstrap, self.app, [(self.input, 0)])
@@ -136,10 +169,28 @@ def runs():
         run.runner.close()
 
 
-def test_continue_drops_the_undeliverable_record_and_the_batch_commits(kafka, tmp_path, runs):
-    run = runs(kafka, tmp_path, "log_and_continue", "at_least_once")
-    with capture_logs() as logs:
-        result = run.batch()
+def second_epoch(
+    runs, kafka, tmp_path, production_handler: str, guarantee: str
+) -> tuple[Run, EpochReply | DeliveryError, list[dict]]:
+    """A :class:`Run` and its second epoch: the reply, or the ``DeliveryError`` that failed
+    it; and the logs of that epoch. Run again while the producer refuses the dead-letter
+    record in ``produce()`` instead of reporting it in a delivery report (module docs)."""
+    for attempt in range(1, ATTEMPTS + 1):
+        run = runs(kafka, tmp_path / str(attempt), production_handler, guarantee)
+        with capture_logs() as logs:
+            try:
+                return run, run.process_the_input(), logs
+            except DeliveryError as exc:
+                return run, exc, logs
+            except RecordSendError as exc:
+                if attempt == ATTEMPTS or "_UNKNOWN_PARTITION" not in str(exc):
+                    raise
+    raise AssertionError("unreachable")
+
+
+def test_continue_drops_the_undeliverable_record_and_the_epoch_commits(kafka, tmp_path, runs):
+    run, result, logs = second_epoch(runs, kafka, tmp_path, "log_and_continue", "at_least_once")
+    assert isinstance(result, EpochReply), result
     assert (result.processed, result.dropped_records) == (3, 1)
     assert run.group() == {(run.input, 0): 3}
     assert run.output_values() == [b"one", b"three"]
@@ -149,21 +200,21 @@ def test_continue_drops_the_undeliverable_record_and_the_batch_commits(kafka, tm
     assert "_UNKNOWN_PARTITION" in dropped["error"]
 
 
-def test_fail_fails_the_batch_naming_topic_partition_and_cause(kafka, tmp_path, runs):
-    run = runs(kafka, tmp_path, "log_and_fail", "at_least_once")
-    with pytest.raises(
-        DeliveryError,
-        match=rf"delivery to topic '{TOPICS['lost']}' partition 3 failed: _UNKNOWN_PARTITION: "
-        r"Local: Unknown partition; 1 record\(s\) failed in total; the production exception "
-        r"handler processor_api.handlers:log_and_fail answered fail$",
-    ):
-        run.batch()
-    assert run.group() == {}  # nothing committed past the failed batch
+def test_fail_fails_the_epoch_naming_topic_partition_and_cause(kafka, tmp_path, runs):
+    run, result, _ = second_epoch(runs, kafka, tmp_path, "log_and_fail", "at_least_once")
+    assert isinstance(result, DeliveryError), result
+    assert str(result) == (
+        f"delivery to topic '{TOPICS['lost']}' partition 3 failed: _UNKNOWN_PARTITION: "
+        "Local: Unknown partition; 1 record(s) failed in total; the production exception "
+        "handler processor_api.handlers:log_and_fail answered fail"
+    )
+    assert run.group() == {}  # nothing committed past the failed epoch
 
 
 def test_a_user_handler_dead_letters_the_undeliverable_record(kafka, tmp_path, runs):
-    run = runs(kafka, tmp_path, f"{HERE}:dead_letter_undeliverable", "at_least_once")
-    result = run.batch()
+    handler = f"{HERE}:dead_letter_undeliverable"
+    run, result, _ = second_epoch(runs, kafka, tmp_path, handler, "at_least_once")
+    assert isinstance(result, EpochReply), result
     assert result.dropped_records == 1
     assert run.group() == {(run.input, 0): 3}
     ((processor, source_topic, record, error),) = SEEN
@@ -183,24 +234,10 @@ def test_a_user_handler_dead_letters_the_undeliverable_record(kafka, tmp_path, r
 
 
 def test_exactly_once_aborts_whatever_the_handler_says(kafka, tmp_path, runs):
-    for attempt in (1, 2):
-        run = runs(
-            kafka, tmp_path / str(attempt), f"{HERE}:dead_letter_undeliverable", "exactly_once_v2"
-        )
-        try:
-            with capture_logs() as logs:
-                run.batch()
-        except RecordSendError as exc:
-            # a metadata refresh taught the producer the topic's one partition before the
-            # batch, so it refused the record in produce(); this scenario needs the delivery
-            # report (seen once in CI): once more with a new producer and topic
-            if attempt == 1 and "_UNKNOWN_PARTITION" in str(exc):
-                continue
-            raise
-        except DeliveryError as exc:
-            error = str(exc)
-            break
-        pytest.fail("the batch committed")
+    handler = f"{HERE}:dead_letter_undeliverable"
+    run, result, logs = second_epoch(runs, kafka, tmp_path, handler, "exactly_once_v2")
+    assert isinstance(result, DeliveryError), f"the epoch committed: {result}"
+    error = str(result)
     assert re.search(
         rf"delivery to topic '{TOPICS['lost']}' partition 3 failed: "
         r"_UNKNOWN_PARTITION.*answered continue, but under exactly_once_v2 a failed "

@@ -1,22 +1,77 @@
-"""A Spark task's held-back input on the embedded broker, without Spark: the task runner that
-waits for a lagging input commits the group offset at the first held-back record, and a task
-rebuilt elsewhere (a new runner, as on another executor) reads those records again."""
+"""A task's held-back input across a commit, on the embedded broker, without Spark.
+
+With ``max.task.idle.ms`` > 0, a task whose other input ran empty holds back the records it
+has (Kafka Streams' task idling). An epoch that ends meanwhile commits the group offset at the
+first held-back record and a committed position before it; a task rebuilt from that commit
+(a new runner, as on another executor) reads those records again and processes them in
+timestamp order once the other input has records.
+"""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.runtime.job import JobSpec
-from processor_api.runtime.task_runner import InputRange, TaskRunner
-from processor_api.state.locks import TaskLock
-from processor_api.state.manager import task_directory
-from tests.harness.topics import TopicReader, produce, uid
+from processor_api.runtime.epoch_runner import EpochControl, EpochTaskRunner
+from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
+from tests.harness.task_runs import one_task
+from tests.harness.topics import TopicReader, produce, read_topic, uid
 from tests.integration.time_topologies import build_merge_order
 
 pytestmark = pytest.mark.integration  # every test here uses the embedded broker
+
+#: Far longer than the test: a held-back record is never processed because the wait ran out.
+IDLE_MS = 600_000
+#: How long the test waits for an output, and for an epoch to end once asked to.
+WAIT_S = 30.0
+
+
+class Executor:
+    """A runner of task ``0_0`` of ``build_merge_order`` with a state directory of its own."""
+
+    def __init__(self, kafka, state_dir, app: str, topics: tuple[str, str, str]) -> None:
+        left, right, output = topics
+        self.spec, self.runner = one_task(
+            EpochTaskRunner,
+            build_merge_order(left=left, right=right, output=output),
+            run_id=uid(),
+            bootstrap=kafka.bootstrap_servers,
+            state_dir=state_dir,
+            config={"application_id": app, "max_task_idle_ms": IDLE_MS},
+        )
+
+    def epoch_until(
+        self, state: str | None, epoch: int, output: TopicReader, count: int
+    ) -> EpochReply:
+        """Run an epoch until ``count`` records are in ``output``, then end it (the driver
+        stops the run: it commits)."""
+        end = threading.Event()
+        outcome: list[EpochReply | BaseException] = []
+        control = EpochControl(connected=lambda: True, end_requested=end.is_set)
+        request = EpochRequest(self.spec, "0_0", state, epoch, EpochEnd(duration_s=None))
+
+        def run() -> None:
+            try:
+                outcome.append(self.runner.run_epoch(request, control))
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name=f"epoch-{epoch}", daemon=True)
+        thread.start()
+        try:
+            output.wait_for(lambda r: len(r) >= count or not thread.is_alive(), WAIT_S)
+        finally:
+            end.set()
+            thread.join(WAIT_S)
+        assert not thread.is_alive(), f"epoch {epoch} did not end within {WAIT_S:g}s of the stop"
+        (result,) = outcome
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
 
 def test_a_rebuilt_task_reads_its_held_back_input_again(kafka, tmp_path):
@@ -26,40 +81,41 @@ def test_a_rebuilt_task_reads_its_held_back_input_again(kafka, tmp_path):
     for topic in (left, right, output, commit_marker_topic(app)):
         kafka.create_topic(topic, 1)
     produce(kafka.bootstrap_servers, left, [(b"k", b"l10", 0, 10), (b"k", b"l30", 0, 30)])
-    produce(kafka.bootstrap_servers, right, [(b"k", b"r5", 0, 5), (b"k", b"r20", 0, 20)])
-    topology = build_merge_order(left=left, right=right, output=output)
-    spec = JobSpec(
-        run_id=run_id,
-        topology_ref=None,
-        topology_kwargs={},
-        topology_pickle=None,
-        bootstrap_servers=kafka.bootstrap_servers,
-        state_dir=str(tmp_path),
-        config={"application_id": app, "max_task_idle_ms": 0},
-        task_ids=("0_0",),
-    )
-    directory = task_directory(str(tmp_path), app, "0_0")
-
-    def runner() -> TaskRunner:
-        return TaskRunner(spec, topology, "0_0", TaskLock(directory, "0_0").__enter__())
+    produce(kafka.bootstrap_servers, right, [(b"k", b"r5", 0, 5)])
 
     def group() -> dict:
         return committed_offsets(kafka.bootstrap_servers, app, [(left, 0), (right, 0)])
 
-    first = runner()
-    # the batch as max.records.per.batch = 3 plans it: right's r20 is left out
-    result = first.run_batch(None, [InputRange(left, 0, 0, 2), InputRange(right, 0, 0, 1)])
-    first.close()
-    assert result.processed == 1  # r5; l10 and l30 wait for right
-    assert TaskMetadata.from_json(result.metadata_json).extra["pending"] == {left: [0, 2]}
-    assert group() == {(left, 0): 0, (right, 0): 1}
+    def outputs() -> list[tuple[str, int]]:
+        """Everything in the output topic (the epoch ended: its records were flushed)."""
+        return [
+            (r.value.decode(), r.timestamp) for r in read_topic(kafka.bootstrap_servers, output)
+        ]
 
-    second = runner()  # rebuilt from the committed metadata, as on another executor
-    result = second.run_batch(result.metadata_json, [InputRange(right, 0, 1, 2)])
-    second.close()
-    assert result.rebuilt and result.processed == 3
-    assert "pending" not in TaskMetadata.from_json(result.metadata_json).extra
-    assert group() == {(left, 0): 2, (right, 0): 2}
+    def positions(reply: EpochReply) -> dict[str, int]:
+        return TaskMetadata.from_json(reply.metadata_json).input_positions
+
     with TopicReader(kafka.bootstrap_servers, output, bytes.decode, bytes.decode) as out:
-        records = out.wait_for(lambda r: len(r) >= 4, timeout_s=30)
-    assert [r.value for r in records] == ["r5", "l10", "r20", "l30"]
+        first = Executor(kafka, tmp_path / "executor-a", app, (left, right, output))
+        try:
+            # r5 goes (both inputs have records); then right is empty: l10 and l30 wait for it
+            reply = first.epoch_until(None, 1, out, 1)
+        finally:
+            first.runner.close()
+        assert outputs() == [("r5", 5)]
+        assert (reply.processed, reply.commits) == (1, 1)
+        assert positions(reply) == {right: 1}  # nothing of left processed
+        assert group() == {(left, 0): 0, (right, 0): 1}  # left's offset at l10, held back
+
+        produce(kafka.bootstrap_servers, right, [(b"k", b"r20", 0, 20), (b"k", b"r40", 0, 40)])
+        # rebuilt from the committed metadata, as on another executor: it reads l10 and l30
+        # again; after l30, left is empty and r40 is held back in turn
+        second = Executor(kafka, tmp_path / "executor-b", app, (left, right, output))
+        try:
+            reply = second.epoch_until(reply.metadata_json, 2, out, 4)
+        finally:
+            second.runner.close()
+    assert (reply.rebuilt, reply.processed) == (True, 3)
+    assert outputs() == [("r5", 5), ("l10", 10), ("r20", 20), ("l30", 30)]
+    assert positions(reply) == {left: 2, right: 2}
+    assert group() == {(left, 0): 2, (right, 0): 2}  # right's offset at r40, held back
