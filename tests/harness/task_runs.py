@@ -1,12 +1,16 @@
 """One task ``0_0`` in a task runner, on a real broker, without Spark: the job spec a run
-would hand its executors, and the runner holding the task directory's lock."""
+would hand its executors, the runner holding the task directory's lock, an epoch of it run in
+a thread, and an epoch's request for the tests of the host protocol."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+from processor_api.runtime.epoch_runner import EpochControl
 from processor_api.runtime.job import JobSpec
+from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from processor_api.topology import Topology
@@ -41,3 +45,43 @@ def one_task(
     app = config["application_id"]
     lock = TaskLock(task_directory(str(state_dir), app, TASK), TASK).__enter__()
     return spec, runner_class(spec, topology, TASK, lock)
+
+
+class EpochInThread:
+    """``runner.run_epoch(request, control)`` in a daemon thread (so that a test can act while
+    it runs, and a deadlocked epoch cannot hang the test): :meth:`result` after it ended."""
+
+    def __init__(self, runner: Any, request: EpochRequest, control: EpochControl) -> None:
+        self._outcome: list[EpochReply | BaseException] = []
+
+        def run() -> None:
+            try:
+                self._outcome.append(runner.run_epoch(request, control))
+            except BaseException as exc:  # noqa: BLE001 - re-raised by result()
+                self._outcome.append(exc)
+
+        self.thread = threading.Thread(target=run, name=f"epoch-{request.epoch}", daemon=True)
+        self.thread.start()
+
+    def result(self) -> EpochReply:
+        """The epoch's reply; its error re-raised."""
+        (outcome,) = self._outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def epoch_request(epoch: int, end: EpochEnd) -> EpochRequest:
+    """An epoch's request that no host can run (the fake hosts of the protocol tests only
+    read it)."""
+    spec = JobSpec(
+        run_id="run-1",
+        topology_ref="tests.nowhere:build",
+        topology_kwargs={},
+        topology_pickle=None,
+        bootstrap_servers="localhost:1",
+        state_dir="/nonexistent",
+        config={"application_id": "app"},
+        task_ids=(TASK,),
+    )
+    return EpochRequest(spec, TASK, None, epoch, end)

@@ -32,6 +32,7 @@ from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import EpochAlive, EpochEnd, EpochReply, EpochRequest
 from processor_api.spark.epoch_function import ANSWER_GRACE_S, loop_patience_s
 from processor_api.state.manager import task_directory
+from tests.harness.task_runs import epoch_request
 from tests.harness.topics import produce, uid
 
 WAIT_S = 10.0
@@ -63,21 +64,6 @@ def _fake_host(task_dir: Path, messages: list[Any]) -> threading.Thread:
     return thread
 
 
-def _epoch_request() -> EpochRequest:
-    """An epoch's request (the fake hosts only read it)."""
-    spec = JobSpec(
-        run_id="run-1",
-        topology_ref="tests.nowhere:build",
-        topology_kwargs={},
-        topology_pickle=None,
-        bootstrap_servers="localhost:1",
-        state_dir="/nonexistent",
-        config={"application_id": "app"},
-        task_ids=("0_0",),
-    )
-    return EpochRequest(spec, "0_0", None, 1, EpochEnd(end_offsets={("in", 0): 10}))
-
-
 #: The reply the fake hosts send after their signs of life.
 REPLY = EpochReply(
     metadata_json="{}",
@@ -93,7 +79,13 @@ REPLY = EpochReply(
 
 def test_signs_of_life_are_passed_over_until_the_reply(tmp_path: Path) -> None:
     thread = _fake_host(tmp_path, [EpochAlive(0.1), EpochAlive(0.2), REPLY])
-    reply = exchange(tmp_path, "console", _epoch_request(), timeout_s=WAIT_S, stuck_after_s=5.0)
+    reply = exchange(
+        tmp_path,
+        "console",
+        epoch_request(1, EpochEnd(end_offsets={("in", 0): 10})),
+        timeout_s=WAIT_S,
+        stuck_after_s=5.0,
+    )
     thread.join(WAIT_S)
     assert reply == REPLY
 
@@ -105,7 +97,13 @@ def test_a_loop_standing_still_too_long_fails_the_call_naming_the_host(tmp_path:
         match=re.escape(f"the task host for {tmp_path} is stuck in EpochRequest: ")
         + r"its loop has not turned for 8s \(more than 5s\)",
     ):
-        exchange(tmp_path, "console", _epoch_request(), timeout_s=WAIT_S, stuck_after_s=5.0)
+        exchange(
+            tmp_path,
+            "console",
+            epoch_request(1, EpochEnd(end_offsets={("in", 0): 10})),
+            timeout_s=WAIT_S,
+            stuck_after_s=5.0,
+        )
     thread.join(WAIT_S)
 
 

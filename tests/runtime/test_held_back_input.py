@@ -18,7 +18,7 @@ from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime.epoch_runner import EpochControl, EpochTaskRunner
 from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
-from tests.harness.task_runs import one_task
+from tests.harness.task_runs import EpochInThread, one_task
 from tests.harness.topics import TopicReader, produce, read_topic, uid
 from tests.integration.time_topologies import build_merge_order
 
@@ -50,28 +50,17 @@ class Executor:
         """Run an epoch until ``count`` records are in ``output``, then end it (the driver
         stops the run: it commits)."""
         end = threading.Event()
-        outcome: list[EpochReply | BaseException] = []
         control = EpochControl(connected=lambda: True, end_requested=end.is_set)
         request = EpochRequest(self.spec, "0_0", state, epoch, EpochEnd(duration_s=None))
-
-        def run() -> None:
-            try:
-                outcome.append(self.runner.run_epoch(request, control))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run, name=f"epoch-{epoch}", daemon=True)
-        thread.start()
+        epoch_run = EpochInThread(self.runner, request, control)
+        thread = epoch_run.thread
         try:
             output.wait_for(lambda r: len(r) >= count or not thread.is_alive(), WAIT_S)
         finally:
             end.set()
             thread.join(WAIT_S)
         assert not thread.is_alive(), f"epoch {epoch} did not end within {WAIT_S:g}s of the stop"
-        (result,) = outcome
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return epoch_run.result()
 
 
 def test_a_rebuilt_task_reads_its_held_back_input_again(kafka, tmp_path):

@@ -30,7 +30,6 @@ from processor_api.runtime.host_client import (
     send_message,
     socket_name,
 )
-from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import (
     CloseRequest,
     EpochEnd,
@@ -38,6 +37,7 @@ from processor_api.runtime.protocol import (
     ErrorReply,
     OkReply,
 )
+from tests.harness.task_runs import epoch_request
 
 WAIT_S = 10.0
 
@@ -48,18 +48,7 @@ class NotARequest:
 
 
 def _epoch_request(epoch: int) -> EpochRequest:
-    """An epoch's request (no host here runs it: the fake hosts only read it)."""
-    spec = JobSpec(
-        run_id="run-1",
-        topology_ref="tests.nowhere:build",
-        topology_kwargs={},
-        topology_pickle=None,
-        bootstrap_servers="localhost:1",
-        state_dir="/nonexistent",
-        config={"application_id": "app"},
-        task_ids=("0_0",),
-    )
-    return EpochRequest(spec, "0_0", None, epoch, EpochEnd(duration_s=60.0))
+    return epoch_request(epoch, EpochEnd(duration_s=60.0))
 
 
 class _ClosingSlowly(task_host.TaskHost):

@@ -20,7 +20,7 @@ from processor_api import Serdes, Topology
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime.epoch_runner import EpochControl, EpochTaskRunner
 from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
-from tests.harness.task_runs import one_task
+from tests.harness.task_runs import EpochInThread, one_task
 from tests.harness.topics import committed_records, produce, uid
 
 pytestmark = pytest.mark.integration
@@ -59,33 +59,22 @@ class Executor:
         """One epoch up to ``end_offset`` of the input, in a thread: an epoch that has not
         ended after ``EPOCH_GUARD_S`` fails the test (its Spark task is then gone, which ends
         a loop that still turns; a deadlocked one stays behind, in a daemon thread)."""
-        outcome: list[EpochReply | BaseException] = []
         gone = threading.Event()
         control = EpochControl(connected=lambda: not gone.is_set())
         # a time limit past the guard: the epoch ends by its end offset, or the guard fails it
         end = EpochEnd(duration_s=EPOCH_GUARD_S * 2, end_offsets={(self.input, 0): end_offset})
-        request = EpochRequest(self.spec, "0_0", state, epoch, end)
-
-        def run() -> None:
-            try:
-                outcome.append(self.runner.run_epoch(request, control))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run, name=f"epoch-{epoch}", daemon=True)
-        thread.start()
-        thread.join(EPOCH_GUARD_S)
-        if thread.is_alive():
+        epoch_run = EpochInThread(
+            self.runner, EpochRequest(self.spec, "0_0", state, epoch, end), control
+        )
+        epoch_run.thread.join(EPOCH_GUARD_S)
+        if epoch_run.thread.is_alive():
             gone.set()
             self.hung = True
             pytest.fail(
                 f"epoch {epoch} of {self.runner.directory} did not end within "
                 f"{EPOCH_GUARD_S:g}s (the task came back to this host: a deadlock?)"
             )
-        (result,) = outcome
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return epoch_run.result()
 
     def close(self) -> None:
         if not self.hung:  # closing a deadlocked runner would hang the test as well
