@@ -1,4 +1,5 @@
-"""The task state persisted by every commit (commit markers, Spark's GroupState) across epochs and restarts."""
+"""The task state every commit persists (commit markers, Spark's GroupState), which carries
+a task across epochs and restarts."""
 
 from __future__ import annotations
 

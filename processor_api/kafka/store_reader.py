@@ -2,9 +2,9 @@
 
 Every logged store is a compacted changelog ``<application.id>-<store>-changelog`` whose
 partition ``p`` is written by task ``<sub-topology>_p``. With each commit (every
-``commit.interval.ms``), a task writes a commit marker (``<application.id>-task-commits``, the task's partition)
-whose metadata holds, per store, the changelog end offset that commit reached -- under both
-processing guarantees. So the committed contents of a store partition are its changelog read
+``commit.interval.ms``), a task writes a commit marker (``<application.id>-task-commits``,
+the task's partition) whose metadata holds, per store, the changelog end offset that commit
+reached -- under both processing guarantees. So the committed contents of a store partition are its changelog read
 up to the offset in the task's last marker:
 
 1. :meth:`StoreReader.committed_ends`: per changelog partition, the last marker of its task

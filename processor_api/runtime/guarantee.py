@@ -1,7 +1,8 @@
-"""The processing guarantee as a strategy: how a task's work between two commits is made durable.
+"""The processing guarantee as a strategy: how a task's work since its last commit is made
+durable.
 
-Both strategies see the same life of a commit's batch of work (Kafka Streams' ``StreamsProducer`` with
-``StreamTask.prepareCommit`` / ``postCommit``)::
+Both strategies see the same life of the work between two commits (Kafka Streams'
+``StreamsProducer`` with ``StreamTask.prepareCommit`` / ``postCommit``)::
 
     metadata = guarantee.recover(metadata)   # when the task is (re)built
     guarantee.begin()

@@ -311,9 +311,10 @@ class TopologyRunner:
         """Run the topology.
 
         Continuous by default: until SIGTERM/SIGINT or :meth:`request_stop`, after which the
-        running epochs end, each task committing what it processed. With ``available_now``: everything in the
-        input topics at start goes through every sub-topology (repartition topics included),
-        then the run ends. Raises :class:`StreamsError` with the task's error if an epoch fails.
+        running epochs end, each task committing what it processed. With ``available_now``:
+        everything in the input topics at start goes through every sub-topology (repartition
+        topics included), then the run ends. Raises :class:`StreamsError` with the task's
+        error if an epoch fails.
         """
         started = time.monotonic()
         self.plan or self.prepare()
