@@ -1,0 +1,86 @@
+"""Two task hosts on one machine and one state directory: the second asks the first to let the
+task go (a ``ReleaseRequest``), the first closes it and exits, the second takes the lock and
+goes on from the first one's commit, as when Spark moves a task between executors that share a
+state directory."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from processor_api.kafka.names import commit_marker_topic
+from processor_api.runtime import task_host
+from processor_api.runtime.host_client import HOST_FILE, request
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.protocol import CloseRequest, EpochEnd, EpochReply, EpochRequest
+from processor_api.state.manager import task_directory
+from tests.harness.topics import produce, read_topic, uid
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 60.0
+ECHO = "tests.integration.topologies_for_tests:build_echo"
+
+
+def _host(name: str, task_dir: Path) -> threading.Thread:
+    """A task host serving ``name`` in a thread of this process (it returns once closed)."""
+    thread = threading.Thread(
+        target=task_host.serve, args=(name, task_dir, os.getpid()), daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _epoch(name: str, spec: JobSpec, state: str | None, epoch: int, end: int) -> EpochReply:
+    """One epoch of task ``0_0`` on the host ``name``, up to offset ``end`` of the input."""
+    source = spec.topology_kwargs["input_topic"]
+    ask = EpochRequest(spec, "0_0", state, epoch, EpochEnd(end_offsets={(source, 0): end}))
+    reply = request(name, ask, timeout_s=WAIT_S)
+    assert isinstance(reply, EpochReply), f"host {name} answered {reply!r}"
+    return reply
+
+
+def test_a_second_host_on_the_same_directory_takes_the_task_over(kafka, tmp_path, capfd):
+    run_id = uid()
+    app, source, sink = f"takeover-{run_id}", f"takeover-in-{run_id}", f"takeover-out-{run_id}"
+    for topic in (source, sink, commit_marker_topic(app)):
+        kafka.create_topic(topic, 1)
+    produce(kafka.bootstrap_servers, source, [(b"k", f"v{i}".encode(), 0, i) for i in range(6)])
+    spec = JobSpec(
+        run_id=run_id,
+        topology_ref=ECHO,
+        topology_kwargs={"input_topic": source, "output_topic": sink},
+        topology_pickle=None,
+        bootstrap_servers=kafka.bootstrap_servers,
+        state_dir=str(tmp_path),
+        config={"application_id": app, "processing_guarantee": "exactly_once_v2"},
+        task_ids=("0_0",),
+        reset_policies={source: "earliest"},
+    )
+    task_dir = task_directory(str(tmp_path), app, "0_0")
+    first_name, second_name = f"host-a-{uuid.uuid4().hex}", f"host-b-{uuid.uuid4().hex}"
+    first = _host(first_name, task_dir)
+    second = _host(second_name, task_dir)
+    try:
+        reply = _epoch(first_name, spec, None, 1, 3)
+        assert reply.processed == 3 and reply.commits >= 1, reply
+        assert (task_dir / HOST_FILE).read_text() == first_name  # the first host holds it
+        capfd.readouterr()
+        taken = _epoch(second_name, spec, reply.metadata_json, 2, 6)
+        first.join(WAIT_S)
+        assert not first.is_alive(), "the first host did not let the task go and exit"
+        assert taken.processed == 3 and taken.rebuilt, taken
+        # the hosts configure their own logging (console lines on stderr)
+        said = [line for line in capfd.readouterr().err.splitlines() if "task_taken_over" in line]
+        assert len(said) == 1 and f"previous_host='{first_name}'" in said[0], said
+        assert (task_dir / HOST_FILE).read_text() == second_name
+        values = [r.value for r in read_topic(kafka.bootstrap_servers, sink)]
+        assert values == [f"v{i}".encode() for i in range(6)]
+    finally:
+        for name in (first_name, second_name):
+            request(name, CloseRequest(), timeout_s=WAIT_S)
+        second.join(WAIT_S)
