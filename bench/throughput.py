@@ -439,6 +439,12 @@ def contenders(
         "transformWithStateInPandas": tws,
         **{name: run_topology(name) for name in PROCESSOR_API_VARIANTS if name != EPOCHS},
     }
+    unknown = sorted((include or set()) - set(all_contenders))
+    if unknown:
+        raise SystemExit(
+            f"unknown contender(s) {', '.join(map(repr, unknown))}; known: "
+            f"{', '.join(map(repr, all_contenders))}"
+        )
     if not BASELINE_DIR:
         all_contenders.pop(EPOCHS_BEFORE)
     if not (QUIX_VENV / "bin" / "python").exists():
