@@ -39,6 +39,7 @@ import re
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -152,6 +153,8 @@ class TaskStores:
         name = builder.name
         path = self.directory / "rocksdb" / name
         expected = self.identity(builder)
+        for leftover in path.parent.glob(f"{REMOVING_PREFIX}{name}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)  # a removal a crash interrupted
         if path.exists():
             identity_file = path / IDENTITY_FILE
             found = _read_identity(identity_file)
@@ -203,7 +206,7 @@ class TaskStores:
             reason=reason,
             detail="the store is wiped and restored from its changelog",
         )
-        shutil.rmtree(self.directory / "rocksdb" / name, ignore_errors=True)
+        remove_store_files(self.directory / "rocksdb" / name)
         self._had_local_copy[name] = False
         topic = self._changelog_topics.get(name)
         try:
@@ -278,8 +281,8 @@ class TaskStores:
             target = committed.get(name, 0)
             position = local[name]
             persistent = self._builders[name].persistent
-            if position is None and persistent and not self._had_local_copy.get(name, False):
-                position = 0  # no local copy at all
+            if persistent and not self._had_local_copy.get(name, False):
+                position = 0  # no local copy at all, whatever a checkpoint says
             if position is not None and position == target:
                 continue
             if position is None or position > target:
@@ -315,7 +318,7 @@ class TaskStores:
         builder = self._builders[name]
         path = self.directory / "rocksdb" / name
         self.buffers[name].close()
-        shutil.rmtree(path, ignore_errors=True)
+        remove_store_files(path)
         expected = self.identity(builder)
         with self._writing(f"downloading a snapshot of store {name!r}"):
             restored = self._snapshots.restore(name, path, target, expected)
@@ -332,7 +335,7 @@ class TaskStores:
         builder = self._builders[name]
         self.buffers[name].close()  # closes the innermost store too
         if builder.persistent:
-            shutil.rmtree(self.directory / "rocksdb" / name, ignore_errors=True)
+            remove_store_files(self.directory / "rocksdb" / name)
         else:
             with _IN_MEMORY_GUARD:
                 _IN_MEMORY.pop((self.application_id, self.task_id, name), None)
@@ -526,6 +529,23 @@ def _read_identity(path: Path) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None
+
+
+#: A store directory being removed is first renamed to ``<REMOVING_PREFIX><name>-<id>``.
+REMOVING_PREFIX = ".removing-"
+
+
+def remove_store_files(path: Path) -> None:
+    """Remove a store's directory so that a crash at any moment leaves it whole or gone: it
+    is renamed first (atomic), then deleted. A half-deleted RocksDB directory (``CURRENT``
+    without its ``MANIFEST``) would fail every later open; a renamed one is deleted at the
+    store's next open."""
+    trash = path.with_name(f"{REMOVING_PREFIX}{path.name}-{uuid.uuid4().hex}")
+    try:
+        path.rename(trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def wipe_application_state(state_dir: str | os.PathLike[str], application_id: str) -> int:

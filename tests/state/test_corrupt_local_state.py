@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -171,3 +173,41 @@ def test_the_lock_of_a_dead_process_is_taken_over_with_one_warning(tmp_path):
     with capture_logs() as logs:
         TaskLock(task_dir, "0_0", timeout_s=0.0).__enter__().__exit__(None, None, None)
     assert _warnings(logs) == [] and os.path.getsize(task_dir / ".lock") == 0
+
+
+class _Killed(BaseException):
+    """The process killed in the middle of deleting a store (kill -9, as the soak does)."""
+
+
+def test_a_kill_in_the_middle_of_wiping_a_store_leaves_no_half_deleted_copy(tmp_path, monkeypatch):
+    """Seen in ``make soak``: a run killed while it wiped a store (a local copy ahead of the
+    commit) left ``CURRENT`` without its ``MANIFEST``, and every later run failed to open the
+    store. The removal is a rename first: whole or gone, whenever the kill lands."""
+    import processor_api.state.manager as manager
+
+    task_dir = tmp_path / APP / "0_0"
+    changes, contents = _committed_task(task_dir)
+    real_rmtree = shutil.rmtree
+
+    def killed_halfway(path, *args, **kwargs):
+        for manifest in Path(path).glob("MANIFEST-*"):  # deleted first, then the kill
+            manifest.unlink()
+        raise _Killed
+
+    stores = task_stores(task_dir, APP)
+    monkeypatch.setattr(manager.shutil, "rmtree", killed_halfway)
+    with pytest.raises(_Killed):
+        # the commit is behind the local copy (a copy from a later, uncommitted run): wiped
+        stores.restore({STORE: len(changes) - 1}, _reader(changes, []))
+    monkeypatch.setattr(manager.shutil, "rmtree", real_rmtree)
+    calls: list[tuple] = []
+    again = task_stores(task_dir, APP)
+    try:
+        assert again.restore({STORE: len(changes)}, _reader(changes, calls)) == {
+            STORE: len(changes)
+        }
+        assert calls == [(f"{APP}-{STORE}-changelog", 0, 0, len(changes))]
+        assert dict(again.stacks[STORE].store.all()) == contents
+    finally:
+        again.close()
+    assert not list((task_dir / "rocksdb").glob(".removing-*")), "the interrupted removal stays"
