@@ -60,6 +60,7 @@ from processor_api.runtime.protocol import (
     ReleaseRequest,
 )
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
+from processor_api.state.manager import remove_leftovers
 
 WATCH_INTERVAL_S = 0.5
 
@@ -177,6 +178,7 @@ class TaskHost:
     def _take_lock(self, task_id: str) -> TaskLock:
         """The task directory's lock; a host elsewhere on this machine is asked to let go."""
         self.task_dir.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(self.task_dir.parent, task_id)  # of a `--cleanup` cut short
         lock = TaskLock(self.task_dir, task_id, timeout_s=0.0)
         try:
             return lock.__enter__()

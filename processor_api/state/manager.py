@@ -153,8 +153,7 @@ class TaskStores:
         name = builder.name
         path = self.directory / "rocksdb" / name
         expected = self.identity(builder)
-        for leftover in path.parent.glob(f"{REMOVING_PREFIX}{name}-*"):
-            shutil.rmtree(leftover, ignore_errors=True)  # a removal a crash interrupted
+        remove_leftovers(path.parent, name)
         if path.exists():
             identity_file = path / IDENTITY_FILE
             found = _read_identity(identity_file)
@@ -206,7 +205,7 @@ class TaskStores:
             reason=reason,
             detail="the store is wiped and restored from its changelog",
         )
-        remove_store_files(self.directory / "rocksdb" / name)
+        remove_directory(self.directory / "rocksdb" / name)
         self._had_local_copy[name] = False
         topic = self._changelog_topics.get(name)
         try:
@@ -318,7 +317,7 @@ class TaskStores:
         builder = self._builders[name]
         path = self.directory / "rocksdb" / name
         self.buffers[name].close()
-        remove_store_files(path)
+        remove_directory(path)
         expected = self.identity(builder)
         with self._writing(f"downloading a snapshot of store {name!r}"):
             restored = self._snapshots.restore(name, path, target, expected)
@@ -335,7 +334,7 @@ class TaskStores:
         builder = self._builders[name]
         self.buffers[name].close()  # closes the innermost store too
         if builder.persistent:
-            remove_store_files(self.directory / "rocksdb" / name)
+            remove_directory(self.directory / "rocksdb" / name)
         else:
             with _IN_MEMORY_GUARD:
                 _IN_MEMORY.pop((self.application_id, self.task_id, name), None)
@@ -531,15 +530,16 @@ def _read_identity(path: Path) -> dict[str, object] | None:
     return found if isinstance(found, dict) else None
 
 
-#: A store directory being removed is first renamed to ``<REMOVING_PREFIX><name>-<id>``.
+#: A directory being removed (a store's, or a whole task's) is first renamed to
+#: ``<REMOVING_PREFIX><name>-<id>`` next to it.
 REMOVING_PREFIX = ".removing-"
 
 
-def remove_store_files(path: Path) -> None:
-    """Remove a store's directory so that a crash at any moment leaves it whole or gone: it
-    is renamed first (atomic), then deleted. A half-deleted RocksDB directory (``CURRENT``
-    without its ``MANIFEST``) would fail every later open; a renamed one is deleted at the
-    store's next open."""
+def remove_directory(path: Path) -> None:
+    """Remove a store's or a task's directory so that a crash at any moment leaves it whole
+    or gone: it is renamed first (atomic), then deleted. A half-deleted RocksDB directory
+    (``CURRENT`` without its ``MANIFEST``) would fail every later open; a renamed one is
+    deleted by :func:`remove_leftovers`."""
     trash = path.with_name(f"{REMOVING_PREFIX}{path.name}-{uuid.uuid4().hex}")
     try:
         path.rename(trash)
@@ -548,19 +548,28 @@ def remove_store_files(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def remove_leftovers(parent: Path, name: str = "") -> None:
+    """Delete what interrupted :func:`remove_directory` calls left in ``parent`` (for the
+    directory ``name`` only, or all of them)."""
+    for leftover in parent.glob(f"{REMOVING_PREFIX}{name}{'-' if name else ''}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 def wipe_application_state(state_dir: str | os.PathLike[str], application_id: str) -> int:
     """Delete the local stores of every task of an application (``run-topology --cleanup``).
 
     Like Kafka Streams' ``cleanUp()``: only local state goes; committed positions (the Spark
     checkpoint) stay, so each store is restored from its changelog on the next start.
-    Returns how many task directories were deleted.
+    Returns how many task directories were deleted. Each goes by :func:`remove_directory`, so
+    an interrupted cleanup leaves no task half-deleted.
     """
     target = Path(state_dir) / application_id
     wiped = 0
     if target.exists():
-        for child in target.iterdir():
+        remove_leftovers(target)
+        for child in sorted(target.iterdir()):
             if child.is_dir() and TASK_DIR_PATTERN.fullmatch(child.name):
-                shutil.rmtree(child, ignore_errors=True)
+                remove_directory(child)
                 wiped += 1
     with _IN_MEMORY_GUARD:
         for key in [k for k in _IN_MEMORY if k[0] == application_id]:

@@ -23,7 +23,7 @@ from processor_api.errors import StoreError
 from processor_api.serdes import Serdes
 from processor_api.state import Stores
 from processor_api.state.locks import TaskLock
-from processor_api.state.manager import IDENTITY_FILE
+from processor_api.state.manager import IDENTITY_FILE, wipe_application_state
 from tests.harness.corrupt_state import CORRUPTIONS, STORE, task_stores
 
 APP = "corrupt-app"
@@ -211,3 +211,36 @@ def test_a_kill_in_the_middle_of_wiping_a_store_leaves_no_half_deleted_copy(tmp_
     finally:
         again.close()
     assert not list((task_dir / "rocksdb").glob(".removing-*")), "the interrupted removal stays"
+
+
+def test_a_kill_in_the_middle_of_cleanup_leaves_no_half_deleted_task(tmp_path, monkeypatch):
+    """``run-topology --cleanup`` deletes whole task directories. Killed half-way (Ctrl-C, kill
+    -9), it must not leave a checkpoint next to a store without its ``MANIFEST``: that copy
+    would fail every later run. Each task directory is renamed first, then deleted."""
+    import processor_api.state.manager as manager
+
+    task_dir = tmp_path / APP / "0_0"
+    changes, contents = _committed_task(task_dir)
+    real_rmtree = shutil.rmtree
+
+    def killed_halfway(path, *args, **kwargs):
+        for manifest in Path(path).rglob("MANIFEST-*"):  # deleted first, then the kill
+            manifest.unlink()
+        raise _Killed
+
+    monkeypatch.setattr(manager.shutil, "rmtree", killed_halfway)
+    with pytest.raises(_Killed):
+        wipe_application_state(tmp_path, APP)
+    monkeypatch.setattr(manager.shutil, "rmtree", real_rmtree)
+    calls: list[tuple] = []
+    again = task_stores(task_dir, APP)
+    try:
+        assert again.restore({STORE: len(changes)}, _reader(changes, calls)) == {
+            STORE: len(changes)
+        }
+        assert calls == [(f"{APP}-{STORE}-changelog", 0, 0, len(changes))]
+        assert dict(again.stacks[STORE].store.all()) == contents
+    finally:
+        again.close()
+    assert wipe_application_state(tmp_path, APP) == 1, "the restored task is wiped again"
+    assert sorted(p.name for p in (tmp_path / APP).iterdir()) == [], "leftovers stay"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from structlog.testing import capture_logs
 
 from processor_api import Serdes, Stores
@@ -81,3 +82,38 @@ def test_checkpoint_entries_of_topics_no_store_reads_are_dropped_and_said_so(tmp
     (dropped,) = [e for e in logs if e["event"] == "global_checkpoint_unknown_topics"]
     assert dropped["topics"] == ["gone"]
     assert dropped["log_level"] == "info"  # a topology change, nothing to act on
+
+
+class _Killed(BaseException):
+    """The process killed in the middle of deleting the store's files."""
+
+
+def test_a_kill_in_the_middle_of_the_wipe_is_wiped_again_at_the_next_open(tmp_path, monkeypatch):
+    """The wipe of uncovered files can be cut short (kill -9): the half-deleted copy is still
+    not covered by the checkpoint, so the next open wipes it again and starts empty."""
+    import shutil
+
+    import processor_api.state.global_state as global_state
+
+    state, stacks = open_dir(tmp_path)
+    state.begin_update()
+    stacks["disk"].store.put("half", "written")
+    for stack in stacks.values():
+        stack.flush()
+        stack.close()  # the process dies before checkpoint()
+    real_rmtree = shutil.rmtree
+
+    def killed_halfway(path, *args, **kwargs):
+        for manifest in tmp_path.rglob("MANIFEST-*"):  # deleted first, then the kill
+            manifest.unlink()
+        raise _Killed
+
+    monkeypatch.setattr(global_state.shutil, "rmtree", killed_halfway)
+    with pytest.raises(_Killed):
+        open_dir(tmp_path)
+    monkeypatch.setattr(global_state.shutil, "rmtree", real_rmtree)
+    state, stacks = open_dir(tmp_path)
+    assert state.positions() == {}
+    assert stacks["disk"].store.get("half") is None
+    for stack in stacks.values():
+        stack.close()
