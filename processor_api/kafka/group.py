@@ -21,6 +21,10 @@ from processor_api.kafka.client_config import KafkaClientConfig
 TopicPartitionKey = tuple[str, int]
 
 
+#: How long each wait for the answer to an offset commit polls: the answer is seen within this.
+COMMIT_POLL_STEP_S = 0.002
+
+
 class GroupCommitter:
     """Commits a task's input positions to the application's consumer group."""
 
@@ -64,7 +68,9 @@ class GroupCommitter:
                     raise KafkaException(
                         KafkaError(KafkaError._TIMED_OUT, "no answer to the offset commit")
                     )
-                self._consumer.poll(min(0.1, remaining))  # serves the on_commit callback
+                # serves the on_commit callback; poll() returns only at its timeout (a
+                # consumer without partitions gets no message), so the step is short
+                self._consumer.poll(min(COMMIT_POLL_STEP_S, remaining))
         except KafkaException as exc:
             raise self._failed(exc.args[0] if exc.args else exc) from exc
         error, partitions = self._results[0]
