@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from processor_api.engine.metadata import TaskMetadata
@@ -92,6 +93,7 @@ class EpochTaskRunner(TaskRunner):
         self._counts = _Counts()
         self._last_global_catch_up = 0.0
         self._last_commit_json: str | None = None  # survives the task being dropped
+        self._first_records_seen = False  # the first input this host processes is logged
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
@@ -258,6 +260,9 @@ class EpochTaskRunner(TaskRunner):
         records = stream.poll(0.0 if self._unfinished else wait_s)
         if records:
             records = self._input.keep_committed(records)
+            if not self._first_records_seen:  # start-up timelines (bench/first_output.py)
+                self._first_records_seen = True
+                self._log.debug("task_first_records", records=len(records))
         if len(task.partition_group.queues) > 1 and task.config.max_task_idle_ms != -1:
             task.update_lags(stream.lags())
         collector = self._collector
@@ -307,16 +312,20 @@ class EpochTaskRunner(TaskRunner):
         try:
             # 1. store caches flushed; their changelog records produced
             changelog_count = self._produce_changelogs(task, collector)
+            step_ends = [time.monotonic()]
             # 2. every record of the commit acknowledged (failures to the production handler)
             self._guarantee.flush(failures)
+            step_ends.append(time.monotonic())
             # 3. the changelog offsets the stores will hold once this commit is durable
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             # 4. marker + input offsets (+ the transaction under exactly_once_v2) committed
             metadata = replace(task.metadata(), commit=self._commit_state)
             metadata = self._guarantee.commit(metadata, self._group_offsets(task, stream))
+            step_ends.append(time.monotonic())
             # 5. the buffered store writes applied, the local checkpoint written
             stores.commit(positions)
+            step_ends.append(time.monotonic())
         except WaitInterrupted:
             raise  # the epoch ends without this commit (run_epoch)
         except BaseException:
@@ -332,9 +341,13 @@ class EpochTaskRunner(TaskRunner):
         counts.commits += 1
         counts.changelog_records += changelog_count
         counts.dropped += failures.dropped - dropped_before
-        self._committed_metrics(task, stores, failures, time.monotonic() - started)
+        took_s = time.monotonic() - started
+        self._committed_metrics(task, stores, failures, took_s)
         self._log.debug(
             "task_committed",
+            duration_ms=round(took_s * 1000, 1),
+            step_ms=[round((b - a) * 1000, 1) for a, b in pairwise([started, *step_ends])],
+            changelog_records=changelog_count,
             commits=counts.commits,
             processed=counts.processed,
             stream_time=metadata.stream_time,

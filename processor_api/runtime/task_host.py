@@ -337,6 +337,7 @@ def serve(name: str, task_dir: Path, daemon_pid: int) -> None:
     except OSError:
         return  # another host of this task already serves the name
     server.listen(8)
+    get_logger("processor_api.task_host").debug("task_host_listening", task_dir=str(task_dir))
     threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
     host = TaskHost(name, task_dir)
     requests: queue.Queue = queue.Queue()

@@ -75,6 +75,7 @@ def run_epoch(
     worker_setup(spec)
     task_id = task_id_of(str(key[0]))
     epoch = _epoch(frames)
+    get_logger("processor_api.spark_task", task=task_id).debug("epoch_call_started", epoch=epoch)
     directory = task_directory(spec.executor_state_dir, spec.config["application_id"], task_id)
     request = EpochRequest(
         spec=spec,
