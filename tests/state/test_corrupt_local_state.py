@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -179,27 +178,14 @@ class _Killed(BaseException):
     """The process killed in the middle of deleting a store (kill -9, as the soak does)."""
 
 
-def test_a_kill_in_the_middle_of_wiping_a_store_leaves_no_half_deleted_copy(tmp_path, monkeypatch):
-    """Seen in ``make soak``: a run killed while it wiped a store (a local copy ahead of the
-    commit) left ``CURRENT`` without its ``MANIFEST``, and every later run failed to open the
-    store. The removal is a rename first: whole or gone, whenever the kill lands."""
-    import processor_api.state.manager as manager
+def _killed_halfway(path, *args, **kwargs):
+    """``shutil.rmtree`` killed after it deleted the ``MANIFEST`` files under ``path``."""
+    for manifest in Path(path).rglob("MANIFEST-*"):
+        manifest.unlink()
+    raise _Killed
 
-    task_dir = tmp_path / APP / "0_0"
-    changes, contents = _committed_task(task_dir)
-    real_rmtree = shutil.rmtree
 
-    def killed_halfway(path, *args, **kwargs):
-        for manifest in Path(path).glob("MANIFEST-*"):  # deleted first, then the kill
-            manifest.unlink()
-        raise _Killed
-
-    stores = task_stores(task_dir, APP)
-    monkeypatch.setattr(manager.shutil, "rmtree", killed_halfway)
-    with pytest.raises(_Killed):
-        # the commit is behind the local copy (a copy from a later, uncommitted run): wiped
-        stores.restore({STORE: len(changes) - 1}, _reader(changes, []))
-    monkeypatch.setattr(manager.shutil, "rmtree", real_rmtree)
+def _restores_everything_from_offset_0(task_dir, changes, contents):
     calls: list[tuple] = []
     again = task_stores(task_dir, APP)
     try:
@@ -210,6 +196,23 @@ def test_a_kill_in_the_middle_of_wiping_a_store_leaves_no_half_deleted_copy(tmp_
         assert dict(again.stacks[STORE].store.all()) == contents
     finally:
         again.close()
+
+
+def test_a_kill_in_the_middle_of_wiping_a_store_leaves_no_half_deleted_copy(tmp_path, monkeypatch):
+    """Seen in ``make soak``: a run killed while it wiped a store (a local copy ahead of the
+    commit) left ``CURRENT`` without its ``MANIFEST``, and every later run failed to open the
+    store. The removal is a rename first: whole or gone, whenever the kill lands."""
+    import processor_api.state.manager as manager
+
+    task_dir = tmp_path / APP / "0_0"
+    changes, contents = _committed_task(task_dir)
+    stores = task_stores(task_dir, APP)
+    with monkeypatch.context() as patched:
+        patched.setattr(manager.shutil, "rmtree", _killed_halfway)
+        with pytest.raises(_Killed):
+            # the commit is behind the local copy (a copy from a later, uncommitted run): wiped
+            stores.restore({STORE: len(changes) - 1}, _reader(changes, []))
+    _restores_everything_from_offset_0(task_dir, changes, contents)
     assert not list((task_dir / "rocksdb").glob(".removing-*")), "the interrupted removal stays"
 
 
@@ -221,26 +224,10 @@ def test_a_kill_in_the_middle_of_cleanup_leaves_no_half_deleted_task(tmp_path, m
 
     task_dir = tmp_path / APP / "0_0"
     changes, contents = _committed_task(task_dir)
-    real_rmtree = shutil.rmtree
-
-    def killed_halfway(path, *args, **kwargs):
-        for manifest in Path(path).rglob("MANIFEST-*"):  # deleted first, then the kill
-            manifest.unlink()
-        raise _Killed
-
-    monkeypatch.setattr(manager.shutil, "rmtree", killed_halfway)
-    with pytest.raises(_Killed):
-        wipe_application_state(tmp_path, APP)
-    monkeypatch.setattr(manager.shutil, "rmtree", real_rmtree)
-    calls: list[tuple] = []
-    again = task_stores(task_dir, APP)
-    try:
-        assert again.restore({STORE: len(changes)}, _reader(changes, calls)) == {
-            STORE: len(changes)
-        }
-        assert calls == [(f"{APP}-{STORE}-changelog", 0, 0, len(changes))]
-        assert dict(again.stacks[STORE].store.all()) == contents
-    finally:
-        again.close()
+    with monkeypatch.context() as patched:
+        patched.setattr(manager.shutil, "rmtree", _killed_halfway)
+        with pytest.raises(_Killed):
+            wipe_application_state(tmp_path, APP)
+    _restores_everything_from_offset_0(task_dir, changes, contents)
     assert wipe_application_state(tmp_path, APP) == 1, "the restored task is wiped again"
     assert sorted(p.name for p in (tmp_path / APP).iterdir()) == [], "leftovers stay"
