@@ -287,14 +287,20 @@ def main(argv: list[str] | None = None) -> int:
                 if args.latency_contenders
                 else None
             )
-            body = latency.run(
-                broker,
-                config["latency_rates"],
-                config["latency_reps"],
-                config["latency_settle_s"],
-                config["latency_measure_s"],
-                include=latency_include,
-            )
+            # a broker of its own: on the broker the earlier sections had used, run-topology's
+            # p99 was seconds, against hundreds of ms on a fresh one (bench/NOTES-epochs.md)
+            latency_broker = Broker.start()
+            try:
+                body = latency.run(
+                    latency_broker,
+                    config["latency_rates"],
+                    config["latency_reps"],
+                    config["latency_settle_s"],
+                    config["latency_measure_s"],
+                    include=latency_include,
+                )
+            finally:
+                latency_broker.stop()
             write_result(f"latency-{tag}", _envelope(mode, config, started, body))
 
         if "restore" in only:
