@@ -1,0 +1,142 @@
+"""Where the latency tail of ``run-topology`` falls in time: the slow records, second by second,
+next to the tasks' commits.
+
+``python -m bench.latency_tail [--reps 3] [--rate 2000] [--measure 30] [-- RUN-TOPOLOGY FLAGS]``
+starts one embedded broker and runs the ``processor_api epochs`` contender of
+``bench/latency.py`` (count per key with an output topic, at_least_once) ``--reps`` times on it,
+one after the other, with ``--log-level debug`` and any extra flags (e.g. ``--config
+commit.interval.ms=1000``). For every run it records p50/p90/p99, each second of produce time
+that had records slower than ``--slow-ms`` (how many, the slowest) and the tasks'
+``task_committed`` lines (time, duration, steps). Writes
+``bench/results/<--name>-<date>.json`` (default ``latency-tail``), the runs' logs in
+``bench/results/raw/<--name>-<date>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import latency
+from bench.common import RAW_DIR, Broker, command_line, log, machine_info, write_result
+
+_COMMIT = re.compile(
+    r"timestamp='([^']+)'.*event='task_committed'.*?task='([^']+)' duration_ms=([\d.]+) "
+    r"step_ms=(\[[^\]]*\])"
+)
+
+
+class _TimedProbe(latency._Probe):
+    """The latency probe, also keeping (produce time, latency) of every slow record."""
+
+    slow_ms = 150
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slow: list[tuple[float, int]] = []
+        super().__init__(*args, **kwargs)
+
+    def _consume(self) -> None:
+        consume = self.consumer.consume
+        while not self._stop_consumer.is_set():
+            messages = consume(10_000, timeout=0.05)
+            now_ms = time.time() * 1000.0
+            start, end = self.window
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                self.outputs += 1
+                ts = message.timestamp()[1]
+                if start <= ts < end:
+                    waited = int(now_ms - ts)
+                    self.latencies.append(waited)
+                    if waited > self.slow_ms:
+                        self.slow.append((ts / 1000.0, waited))
+            if messages:
+                self.first_output.set()
+
+
+def _slow_seconds(slow: list[tuple[float, int]]) -> list[dict[str, Any]]:
+    counts: Counter[str] = Counter()
+    worst: dict[str, int] = {}
+    for ts, waited in slow:
+        second = time.strftime("%H:%M:%S", time.gmtime(ts))
+        counts[second] += 1
+        worst[second] = max(worst.get(second, 0), waited)
+    return [
+        {"second": s, "slow_records": counts[s], "slowest_ms": worst[s]} for s in sorted(counts)
+    ]
+
+
+def _commits(log_text: str) -> list[dict[str, Any]]:
+    return [
+        {"time": m.group(1)[11:23], "task": m.group(2), "duration_ms": float(m.group(3)),
+         "step_ms": m.group(4)}
+        for m in _COMMIT.finditer(log_text)
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.latency_tail")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--measure", type=float, default=30.0)
+    parser.add_argument("--slow-ms", type=int, default=150)
+    parser.add_argument("--name", default="latency-tail", help="result file and raw-log folder")
+    parser.add_argument("flags", nargs="*", help="more run-topology flags (after --)")
+    args = parser.parse_args(argv)
+    extra = ["--log-level", "debug", *args.flags]
+    commands = latency.contender_cmds
+
+    def with_flags(*a: Any, **k: Any) -> dict[str, tuple[list[str], dict[str, str]]]:
+        cmds = commands(*a, **k)
+        cmd, env = cmds[latency.EPOCHS_ALOS]
+        cmds[latency.EPOCHS_ALOS] = ([*cmd, *extra], env)
+        return cmds
+
+    latency.contender_cmds = with_flags
+    _TimedProbe.slow_ms = args.slow_ms
+    probes: list[_TimedProbe] = []
+
+    def probe(*a: Any, **k: Any) -> _TimedProbe:
+        probes.append(_TimedProbe(*a, **k))
+        return probes[-1]
+
+    latency._Probe = probe  # type: ignore[misc, assignment]
+    latency.RAW_DIR = RAW_DIR / f"{args.name}-{time.strftime('%Y-%m-%d')}"  # keeps others' logs
+    machine = machine_info()
+    runs = []
+    broker = Broker.start()
+    try:
+        for rep in range(args.reps):
+            log(f"latency tail, {args.rate}/s, rep {rep + 1}/{args.reps}, flags {extra}")
+            result = latency.run_one(broker, latency.EPOCHS_ALOS, args.rate, rep, 3.0,
+                                     args.measure, 30.0)  # fmt: skip
+            log_text = Path(result["log"]).read_text(errors="replace")
+            result["slow_seconds"] = _slow_seconds(probes[-1].slow)
+            result["commits"] = _commits(log_text)
+            runs.append(result)
+            log(f"  -> p50 {result.get('p50_ms')} p99 {result.get('p99_ms')} ms")
+            for second in result["slow_seconds"]:
+                log(f"     {second}")
+            for commit in result["commits"]:
+                log(f"     commit {commit}")
+    finally:
+        broker.stop()
+        latency.contender_cmds = commands
+    machine["loadavg_at_end"] = list(os.getloadavg())
+    write_result(
+        args.name,
+        {"command": command_line(), "flags": extra, "rate": args.rate, "slow_ms": args.slow_ms,
+         "measure_s": args.measure, "machine": machine, "runs": runs},
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
