@@ -188,9 +188,13 @@ class _Probe:
                 self.outputs += 1
                 ts = message.timestamp()[1]
                 if start <= ts < end:
-                    self.latencies.append(int(now_ms - ts))
+                    self.measured(ts, int(now_ms - ts))
             if messages:
                 self.first_output.set()
+
+    def measured(self, produced_ms: int, latency_ms: int) -> None:
+        """One output record of the measured window: its input's produce time, its latency."""
+        self.latencies.append(latency_ms)
 
     def produce_for(self, rate: float, seconds: float, until: threading.Event | None = None):
         """Produce ``rate`` records/s for ``seconds`` (or until ``until`` is set)."""

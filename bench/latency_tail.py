@@ -41,24 +41,10 @@ class _TimedProbe(latency._Probe):
         self.slow: list[tuple[float, int]] = []
         super().__init__(*args, **kwargs)
 
-    def _consume(self) -> None:
-        consume = self.consumer.consume
-        while not self._stop_consumer.is_set():
-            messages = consume(10_000, timeout=0.05)
-            now_ms = time.time() * 1000.0
-            start, end = self.window
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                self.outputs += 1
-                ts = message.timestamp()[1]
-                if start <= ts < end:
-                    waited = int(now_ms - ts)
-                    self.latencies.append(waited)
-                    if waited > self.slow_ms:
-                        self.slow.append((ts / 1000.0, waited))
-            if messages:
-                self.first_output.set()
+    def measured(self, produced_ms: int, latency_ms: int) -> None:
+        super().measured(produced_ms, latency_ms)
+        if latency_ms > self.slow_ms:
+            self.slow.append((produced_ms / 1000.0, latency_ms))
 
 
 def _slow_seconds(slow: list[tuple[float, int]]) -> list[dict[str, Any]]:
