@@ -21,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,19 @@ def _committed_mid_epoch(event: LoggedEvent) -> bool:
     return event.name == "task_committed" and event.event.get("processed", 0) > 0
 
 
+def _every_task_committed(tasks: set[str]) -> Callable[[LoggedEvent], bool]:
+    """A predicate for ``wait_event``: true at the event by which each of ``tasks`` has
+    committed records it processed (``task_committed`` with ``processed`` > 0)."""
+    waiting = set(tasks)
+
+    def predicate(event: LoggedEvent) -> bool:
+        if _committed_mid_epoch(event):
+            waiting.discard(event.event["task"])
+        return not waiting
+
+    return predicate
+
+
 def _epoch_ends(run: CliRun) -> list[tuple[str, int, int]]:
     """``(task, records, committed)`` of each epoch end of a task (``task_epoch_done``):
     the records its epoch processed, and how many of them its last commit in that epoch
@@ -103,7 +117,7 @@ def _epoch_ends(run: CliRun) -> list[tuple[str, int, int]]:
 
 def test_sigterm_ends_the_epoch_in_flight_with_a_commit_and_a_restart_resumes(kafka, tmp_path):
     """The paced sales aggregation (5 ms per record, ~5 s of work per task) in one 60 s epoch;
-    SIGTERM once a task has committed processed records, while the tasks are still at work."""
+    SIGTERM once every task has committed processed records, while they are still at work."""
     bootstrap = kafka.bootstrap_servers
     sales = make_sales(3000, 30, seed=11)
     topics = _sales_setup(bootstrap, sales)
@@ -122,8 +136,11 @@ def test_sigterm_ends_the_epoch_in_flight_with_a_commit_and_a_restart_resumes(ka
             extra=["--log-level", "debug", *extra],
         )
 
+    tasks = {"0_0", "0_1", "0_2"}
     with CliRun(args(), tmp_path / "run-1.log") as first:
-        first.wait_event(_committed_mid_epoch, 300)  # the default 60 s epoch has just begun
+        # the default 60 s epoch has just begun; every task is at work (a task that processed
+        # nothing before the stop has nothing to commit, and so no checkpoint to check)
+        first.wait_event(_every_task_committed(tasks), 300)
         first.signal(signal.SIGTERM)
         sent = time.monotonic()
         code = first.wait(120)
@@ -133,8 +150,8 @@ def test_sigterm_ends_the_epoch_in_flight_with_a_commit_and_a_restart_resumes(ka
     assert "stop_requested" in names and "query_stopped" in names, first.tail()
     assert "run_failed" not in names
     assert stop_s < 90, f"took {stop_s:.1f}s to stop"
-    for task in ("0_0", "0_1", "0_2"):
-        assert (state_dir / app_id / task / ".checkpoint").exists(), task
+    for task in sorted(tasks):
+        assert (state_dir / app_id / task / ".checkpoint").exists(), (task, first.tail())
     processed = first.processed()
     assert 0 < processed < len(sales), f"SIGTERM came after all the work: {processed}"
     # the epoch in flight when SIGTERM came was ended and reported, not abandoned ...
@@ -144,7 +161,7 @@ def test_sigterm_ends_the_epoch_in_flight_with_a_commit_and_a_restart_resumes(ka
     # ... and every task committed all it had processed in it (an epoch that Spark began
     # after the stop ended at once, with nothing)
     ends = _epoch_ends(first)
-    assert {task for task, _, _ in ends} == {"0_0", "0_1", "0_2"}, ends
+    assert {task for task, _, _ in ends} == tasks, ends
     assert all(records == committed for _, records, committed in ends), ends
     assert sum(records for _, records, _ in ends) == processed, (ends, processed)
 
