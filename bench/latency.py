@@ -49,6 +49,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -196,6 +198,10 @@ class _Probe:
         """One output record of the measured window: its input's produce time, its latency."""
         self.latencies.append(latency_ms)
 
+    def findings(self) -> dict[str, Any]:
+        """What a probe that looks further (a subclass) adds to the run's result."""
+        return {}
+
     def produce_for(self, rate: float, seconds: float, until: threading.Event | None = None):
         """Produce ``rate`` records/s for ``seconds`` (or until ``until`` is set)."""
         produce, poll = self.producer.produce, self.producer.poll
@@ -249,17 +255,25 @@ def run_one(
     settle_s: float,
     measure_s: float,
     drain_s: float,
+    *,
+    extra_flags: Sequence[str] = (),
+    probe_type: type[_Probe] = _Probe,
+    raw_dir: Path = RAW_DIR,
 ) -> dict[str, Any]:
+    """One run of contender ``name`` at ``rate`` (see the module docs); ``extra_flags`` go
+    to its command, ``probe_type`` measures it, its log goes to ``raw_dir``."""
     tag = f"{rate}-{rep}-{uuid.uuid4().hex[:6]}"
     in_topic, out_topic = f"lat-in-{tag}", f"lat-out-{tag}"
     broker.create_topic(in_topic, PARTITIONS, TOPIC_CONFIG)
     broker.create_topic(out_topic, PARTITIONS, TOPIC_CONFIG)
     state_dir = tempfile.mkdtemp(prefix="bench-lat-")
     cmd, env = contender_cmds(broker.bootstrap, in_topic, out_topic, state_dir)[name]
-    RAW_DIR.mkdir(parents=True, exist_ok=True)
+    if cmd:
+        cmd = [*cmd, *extra_flags]
+    raw_dir.mkdir(parents=True, exist_ok=True)
     label = name.replace(" ", "_").replace("=", "")
-    log_path = RAW_DIR / f"latency-{rate}-{label}-{rep}.log"
-    probe = _Probe(broker.bootstrap, in_topic, out_topic if cmd else in_topic)
+    log_path = raw_dir / f"latency-{rate}-{label}-{rep}.log"
+    probe = probe_type(broker.bootstrap, in_topic, out_topic if cmd else in_topic)
     marker = uuid.uuid4().hex
     started = time.monotonic()
     with open(log_path, "w") as err:
@@ -320,6 +334,7 @@ def run_one(
             "p99_ms": pct(0.99),
             "max_ms": lat[-1] if lat else None,
             "mean_ms": round(statistics.fmean(lat), 1) if lat else None,
+            **probe.findings(),
         }
     )
     if sent and len(lat) < 0.99 * sent:

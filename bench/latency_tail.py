@@ -33,7 +33,8 @@ _COMMIT = re.compile(
 
 
 class _TimedProbe(latency._Probe):
-    """The latency probe, also keeping (produce time, latency) of every slow record."""
+    """The latency probe, also counting per second of produce time the records slower than
+    :attr:`slow_ms` (``slow_seconds`` in the run's result)."""
 
     slow_ms = 150
 
@@ -46,17 +47,19 @@ class _TimedProbe(latency._Probe):
         if latency_ms > self.slow_ms:
             self.slow.append((produced_ms / 1000.0, latency_ms))
 
-
-def _slow_seconds(slow: list[tuple[float, int]]) -> list[dict[str, Any]]:
-    counts: Counter[str] = Counter()
-    worst: dict[str, int] = {}
-    for ts, waited in slow:
-        second = time.strftime("%H:%M:%S", time.gmtime(ts))
-        counts[second] += 1
-        worst[second] = max(worst.get(second, 0), waited)
-    return [
-        {"second": s, "slow_records": counts[s], "slowest_ms": worst[s]} for s in sorted(counts)
-    ]
+    def findings(self) -> dict[str, Any]:
+        counts: Counter[str] = Counter()
+        worst: dict[str, int] = {}
+        for ts, waited in self.slow:
+            second = time.strftime("%H:%M:%S", time.gmtime(ts))
+            counts[second] += 1
+            worst[second] = max(worst.get(second, 0), waited)
+        return {
+            "slow_seconds": [
+                {"second": s, "slow_records": counts[s], "slowest_ms": worst[s]}
+                for s in sorted(counts)
+            ]
+        }
 
 
 def _commits(log_text: str) -> list[dict[str, Any]]:
@@ -77,34 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("flags", nargs="*", help="more run-topology flags (after --)")
     args = parser.parse_args(argv)
     extra = ["--log-level", "debug", *args.flags]
-    commands = latency.contender_cmds
-
-    def with_flags(*a: Any, **k: Any) -> dict[str, tuple[list[str], dict[str, str]]]:
-        cmds = commands(*a, **k)
-        cmd, env = cmds[latency.EPOCHS_ALOS]
-        cmds[latency.EPOCHS_ALOS] = ([*cmd, *extra], env)
-        return cmds
-
-    latency.contender_cmds = with_flags
     _TimedProbe.slow_ms = args.slow_ms
-    probes: list[_TimedProbe] = []
-
-    def probe(*a: Any, **k: Any) -> _TimedProbe:
-        probes.append(_TimedProbe(*a, **k))
-        return probes[-1]
-
-    latency._Probe = probe  # type: ignore[misc, assignment]
-    latency.RAW_DIR = RAW_DIR / f"{args.name}-{time.strftime('%Y-%m-%d')}"  # keeps others' logs
+    raw_dir = RAW_DIR / f"{args.name}-{time.strftime('%Y-%m-%d')}"  # keeps others' logs
     machine = machine_info()
     runs = []
     broker = Broker.start()
     try:
         for rep in range(args.reps):
             log(f"latency tail, {args.rate}/s, rep {rep + 1}/{args.reps}, flags {extra}")
-            result = latency.run_one(broker, latency.EPOCHS_ALOS, args.rate, rep, 3.0,
-                                     args.measure, 30.0)  # fmt: skip
+            result = latency.run_one(
+                broker, latency.EPOCHS_ALOS, args.rate, rep, 3.0, args.measure, 30.0,
+                extra_flags=extra, probe_type=_TimedProbe, raw_dir=raw_dir,
+            )  # fmt: skip
             log_text = Path(result["log"]).read_text(errors="replace")
-            result["slow_seconds"] = _slow_seconds(probes[-1].slow)
             result["commits"] = _commits(log_text)
             runs.append(result)
             log(f"  -> p50 {result.get('p50_ms')} p99 {result.get('p99_ms')} ms")
@@ -114,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"     commit {commit}")
     finally:
         broker.stop()
-        latency.contender_cmds = commands
     machine["loadavg_at_end"] = list(os.getloadavg())
     write_result(
         args.name,
