@@ -115,8 +115,13 @@ class _Admin(NamedTuple):
         self.client.__exit__(None, None, None)
 
 
-def _admin(bootstrap_servers: str, kafka: KafkaClientConfig | None = None) -> _Admin:
-    config = client_config(bootstrap_servers, "admin", role="admin", kafka=kafka)
+def _admin(
+    bootstrap_servers: str,
+    kafka: KafkaClientConfig | None = None,
+    name: str = "admin",
+    **extra: Any,
+) -> _Admin:
+    config = client_config(bootstrap_servers, name, role="admin", kafka=kafka, **extra)
     try:
         client = AdminClient(config)
     except KafkaException as exc:
@@ -196,9 +201,39 @@ def topic_partitions(
     "source topic", in the message), and
     ``BrokerUnavailableError`` when no broker answers within ``timeout_s``.
     """
-    wanted = list(dict.fromkeys(topics))
     with _admin(bootstrap_servers, kafka) as admin:
-        counts = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
+        return _topic_partitions(admin, bootstrap_servers, topics, timeout_s, role)
+
+
+def admin_knowing_partitions(
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    timeout_s: float,
+    *,
+    client: str,
+    kafka: KafkaClientConfig | None = None,
+    **extra: Any,
+) -> tuple[AdminClient, dict[str, int]]:
+    """An admin client that has just read all-topic metadata, so its cache knows every
+    partition's leader, and the partition count of each topic in ``topics`` (errors as
+    :func:`topic_partitions`). The caller closes the client (``with client:``)."""
+    admin = _admin(bootstrap_servers, kafka, client, **extra)
+    try:
+        return admin.client, _topic_partitions(admin, bootstrap_servers, topics, timeout_s)
+    except BaseException:
+        admin.__exit__()
+        raise
+
+
+def _topic_partitions(
+    admin: _Admin,
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    timeout_s: float,
+    role: str = "topic",
+) -> dict[str, int]:
+    wanted = list(dict.fromkeys(topics))
+    counts = _partition_counts(_metadata(admin, bootstrap_servers, timeout_s))
     missing = tuple(name for name in wanted if name not in counts)
     if missing:
         raise MissingTopicError(

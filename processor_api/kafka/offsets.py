@@ -40,8 +40,8 @@ in while the calling thread is still setting that wait up, the client's own thre
 wait and frees its state under the calling thread (``rd_kafka_enq_once_add_source`` on a NULL
 ``eonce`` in ``rd_kafka_topic_partition_list_query_leaders_async_worker``, seen with gdb). Busy
 cores and other threads make it likely: four threads looking up offsets at once crashed within
-seconds. So every look-up first asks its AdminClient for all-topic metadata, which fills the
-cache with the leaders: ListOffsets then finds them at once and never waits
+seconds. So every look-up asks its AdminClient for all-topic metadata first (the check above),
+which fills the cache with the leaders: ListOffsets then finds them at once and never waits
 (``tests/kafka/test_offsets_threads.py``; 27,000 look-ups in four threads without a crash).
 """
 
@@ -63,7 +63,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from processor_api.errors import BrokerUnavailableError, MissingTopicError, StreamsError
-from processor_api.kafka.admin import client_config, topic_partitions
+from processor_api.kafka.admin import admin_knowing_partitions, client_config
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.logging import get_logger
 
@@ -100,39 +100,28 @@ def _normalize(
     return list(dict.fromkeys(keys))
 
 
-def _check_exist(
+def _offsets_admin(
     bootstrap: str,
     keys: list[PartitionKey],
+    extra: Mapping[str, Any],
     timeout_s: float,
-    kafka: KafkaClientConfig | None = None,
-) -> None:
-    counts = topic_partitions(bootstrap, {t for t, _ in keys}, timeout_s=timeout_s, kafka=kafka)
+    kafka: KafkaClientConfig | None,
+) -> AdminClient:
+    """An AdminClient for ListOffsets, once every partition of ``keys`` is known to exist; its
+    metadata cache then knows every partition's leader (see "The ListOffsets crash" in the
+    module docs)."""
+    admin, counts = admin_knowing_partitions(
+        bootstrap, {t for t, _ in keys}, timeout_s, client="offsets-admin", kafka=kafka, **extra
+    )
     bad = [(t, p) for t, p in keys if not 0 <= p < counts[t]]
     if bad:
+        admin.__exit__(None, None, None)
         raise MissingTopicError(
             "partition(s) "
             + ", ".join(f"{t}[{p}] (topic has {counts[t]})" for t, p in bad)
             + f" do not exist on {bootstrap}",
             topics=tuple(dict.fromkeys(t for t, _ in bad)),
         )
-
-
-def _offsets_admin(
-    bootstrap: str, extra: Mapping[str, Any], timeout_s: float, kafka: KafkaClientConfig | None
-) -> AdminClient:
-    """An AdminClient for ListOffsets whose metadata cache knows every partition's leader (see
-    "The ListOffsets crash" in the module docs)."""
-    admin = AdminClient(client_config(bootstrap, "offsets-admin", kafka=kafka, **extra))
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        admin.__exit__(None, None, None)
-        error = exc.args[0] if exc.args else exc
-        reason = error.str() if isinstance(error, KafkaError) else str(error)
-        raise BrokerUnavailableError(
-            f"no Kafka broker answered a metadata request at {bootstrap} within "
-            f"{timeout_s:g}s before an offset look-up: {reason}"
-        ) from None
     return admin
 
 
@@ -185,8 +174,7 @@ def beginning_offsets(
     keys = _normalize(topic_partitions_)
     if not keys:
         return {}
-    _check_exist(bootstrap, keys, timeout_s, kafka)
-    with _offsets_admin(bootstrap, extra, timeout_s, kafka) as admin:
+    with _offsets_admin(bootstrap, keys, extra, timeout_s, kafka) as admin:
         futures = _list_offsets(
             admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s
         )
@@ -220,10 +208,8 @@ def end_offsets(
         return {}
     started = time.monotonic()
     deadline = started + timeout_s
-    _check_exist(bootstrap, keys, timeout_s, kafka)
-
     committed = isolation_level == "read_committed"
-    with _offsets_admin(bootstrap, extra, timeout_s, kafka) as admin:
+    with _offsets_admin(bootstrap, keys, extra, timeout_s, kafka) as admin:
         rounds = {
             "earliest": _list_offsets(
                 admin, keys, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout_s

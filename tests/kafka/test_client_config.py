@@ -164,7 +164,6 @@ def built(monkeypatch) -> list[dict[str, Any]]:
     ):
         for name in names:
             monkeypatch.setattr(module, name, recorder)
-    monkeypatch.setattr(offsets, "_check_exist", lambda *a, **k: None)
     monkeypatch.setattr(transactions, "end_offsets", lambda *a, **k: {("t", 0): 10})
     return configs
 
