@@ -152,6 +152,9 @@ class StreamsConfig:
     state_snapshot_filesystem_options: dict[str, Any] = field(default_factory=dict)
     #: Upload bandwidth per executor process in bytes/s; 0: unlimited.
     state_snapshot_max_bytes_per_second: int = 0
+    #: Workers per executor (Kafka Streams' ``num.stream.threads``): each runs its share of
+    #: the tasks in one poll loop on one Spark task slot; None: one per executor core.
+    num_stream_threads: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -211,6 +214,11 @@ class StreamsConfig:
         if self.task_timeout_ms < 0:
             raise ConfigError(f"task_timeout_ms must be >= 0, got {self.task_timeout_ms}")
         self._validate_snapshots()
+        if self.num_stream_threads is not None:
+            threads = _integer("num_stream_threads", self.num_stream_threads)
+            if threads < 1:
+                raise ConfigError(f"num_stream_threads must be at least 1, got {threads}")
+            self.num_stream_threads = threads
         if self.stream_time_idle_advance_ms is not None:
             idle = _milliseconds("stream_time_idle_advance_ms", self.stream_time_idle_advance_ms)
             if idle < 1:

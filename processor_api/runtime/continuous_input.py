@@ -1,17 +1,19 @@
-"""A task's input as a stream: one consumer on the task's partitions, polled by its loop.
+"""Tasks' input as a stream: one consumer per worker over every partition of its tasks.
 
-:class:`ContinuousInput` is what Kafka Streams' stream thread does with its main consumer, for
-one task: the partition of every input topic is assigned at the task's committed position
-(or the source's reset policy when it has none), and :meth:`poll` returns what arrived,
-waiting at most the given time for the first record and never for a full batch. It knows per
-partition how far it has read (``read_end``: past records, transaction markers and skipped
-offsets, as the consumer's position and partition-EOF tell) and the broker's end as the last
-fetch response saw it, so the task's lag per input is known without a broker round trip
-(``max.task.idle.ms`` needs it). End offsets (``--available-now``, bounded epochs) pause a
-partition once reached; records at or past them are not handed out.
+A :class:`WorkerInput` is what Kafka Streams' stream thread does with its main consumer: one
+consumer, never in a group and never committing, assigned the input partitions of every task
+the worker runs. :meth:`WorkerInput.fetch` takes what arrived (waiting at most the given time
+for the first record, never for a full batch) and hands each record to the task that owns its
+partition. Each task sees its share through a :class:`ContinuousInput`: its partition of every
+input topic, assigned at the task's committed position (or the source's reset policy when it
+has none). A task's input knows per partition how far it has read (``read_end``: past records,
+transaction markers and skipped offsets, as the consumer's position and partition-EOF tell) and
+the broker's end as the last fetch response saw it, so the task's lag per input is known
+without a broker round trip (``max.task.idle.ms`` needs it). End offsets (``--available-now``,
+bounded epochs) pause a partition once reached; records at or past them are not handed out.
 
-The consumer never joins a group and never commits: progress is committed by the task's
-guarantee (commit markers, group offsets).
+Progress is committed by each task's guarantee (commit markers, group offsets), never by the
+consumer. A (topic, partition) belongs to one task: sub-topologies share no input topic.
 """
 
 from __future__ import annotations
@@ -45,18 +47,143 @@ _FATAL_CODES = (
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
 )
 
-#: Records taken from the consumer per poll (Kafka Streams' ``max.poll.records`` is 1,000;
+#: Records taken from the consumer per fetch (Kafka Streams' ``max.poll.records`` is 1,000;
 #: Python pays per call, so more per call, still handed out as soon as they are there).
 POLL_RECORDS = 5_000
-#: Input silent this long (no record, no end of partition) makes the task ask the broker
+#: Input silent this long (no record, no end of partition) makes the worker ask the broker
 #: whether it is there: a consumer says nothing while its broker is gone.
 PROBE_AFTER_S = 5.0
 #: How long that question waits for an answer.
 PROBE_TIMEOUT_S = 2.0
 
 
+class WorkerInput:
+    """The one consumer of a worker's tasks (see the module docs)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        client_name: str,
+        *,
+        isolation_level: str,
+        kafka: KafkaClientConfig | None = None,
+        poll_records: int = POLL_RECORDS,
+    ) -> None:
+        self.poll_records = poll_records
+        self.isolation_level = isolation_level
+        self._consumer: Consumer | None = Consumer(
+            client_config(
+                bootstrap_servers,
+                client_name,
+                role="consumer",
+                kafka=kafka,
+                defaults={"fetch.wait.max.ms": 50, **LARGE_FETCH},
+                **{
+                    "group.id": f"processor-api-{client_name}-{uuid.uuid4().hex}",  # never joined
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "error",
+                    "isolation.level": isolation_level,
+                    "allow.auto.create.topics": False,
+                },
+            )
+        )
+        self._owners: dict[tuple[str | None, int | None], ContinuousInput] = {}
+        self._answered_at = time.monotonic()  # the broker last answered (a fetch, a probe)
+        self._probed_at = 0.0
+        self.unreachable_since: float | None = None
+        self._log = get_logger("processor_api.worker_input", client=client_name)
+
+    @property
+    def consumer(self) -> Consumer:
+        """The consumer (raises once closed)."""
+        if self._consumer is None:
+            raise RuntimeError("the worker's input is closed")
+        return self._consumer
+
+    def attach(self, view: ContinuousInput, partitions: list[TopicPartition]) -> None:
+        """Assign ``partitions`` (with their start offsets) to ``view``'s task, replacing
+        what the task had."""
+        self.detach(view)
+        for tp in partitions:
+            self._owners[(tp.topic, tp.partition)] = view
+        if partitions:
+            self.consumer.incremental_assign(partitions)
+
+    def detach(self, view: ContinuousInput) -> None:
+        """Unassign every partition of ``view``'s task (records fetched for them are dropped)."""
+        owned = [key for key, owner in self._owners.items() if owner is view]
+        for key in owned:
+            del self._owners[key]
+        if owned and self._consumer is not None:
+            self._consumer.incremental_unassign(
+                [TopicPartition(str(t), int(p or 0)) for t, p in owned]
+            )
+
+    def fetch(self, timeout_s: float) -> int:
+        """Take what arrived (at most ``poll_records``; waits up to ``timeout_s`` for the first
+        record only) and hand each record to its task; how many messages came."""
+        consumer = self.consumer
+        messages = consumer.consume(self.poll_records, 0)
+        if not messages and timeout_s > 0:
+            first = consumer.poll(timeout_s)
+            if first is not None:
+                messages = [first, *consumer.consume(self.poll_records - 1, 0)]
+        now = time.monotonic()
+        if messages:
+            self._answered_at, self.unreachable_since = now, None
+        elif now - max(self._answered_at, self._probed_at) >= PROBE_AFTER_S:
+            self._probe(consumer)
+        owners = self._owners
+        for message in messages:
+            topic, partition = message.topic(), message.partition()
+            owner = owners.get((topic, partition))
+            if owner is not None:
+                owner.pending.append(message)
+                continue
+            error = message.error()
+            if error is not None and (error.fatal() or error.code() in _FATAL_CODES):
+                raise SourceReadError(
+                    f"reading failed: {error.str()}",
+                    topic=str(topic),
+                    partition=-1 if partition is None else int(partition),
+                )
+            if error is not None:
+                self._log.debug("read_transient_error", error=error.str())
+            # else: a record of a partition unassigned meanwhile: its task reads it again
+        return len(messages)
+
+    def _probe(self, consumer: Consumer) -> None:
+        """Ask for the cluster's metadata (all topics: naming one may create it on some
+        brokers); no answer within :data:`PROBE_TIMEOUT_S` means the broker is unreachable."""
+        self._probed_at = time.monotonic()
+        try:
+            consumer.list_topics(timeout=PROBE_TIMEOUT_S)
+        except KafkaException as exc:
+            if self.unreachable_since is None:
+                self.unreachable_since = self._answered_at
+                self._log.debug("broker_unreachable", error=str(exc))
+            return
+        self._answered_at, self.unreachable_since = time.monotonic(), None
+
+    def close(self) -> None:
+        """Close the consumer (idempotent)."""
+        consumer, self._consumer = self._consumer, None
+        self._owners.clear()
+        if consumer is not None:
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError):
+                pass
+
+
 class ContinuousInput:
-    """The consumer of one task's input partitions (see the module docs)."""
+    """One task's input partitions on its worker's consumer (see the module docs).
+
+    Without a ``shared`` :class:`WorkerInput` the task gets a consumer of its own (one task
+    run alone: tests, tools), closed with it.
+    """
 
     def __init__(
         self,
@@ -67,37 +194,26 @@ class ContinuousInput:
         isolation_level: str,
         kafka: KafkaClientConfig | None = None,
         poll_records: int = POLL_RECORDS,
+        shared: WorkerInput | None = None,
     ) -> None:
-        self._bootstrap = bootstrap_servers
         self.task_id = task_id
         self.partition = partition
-        self.poll_records = poll_records
-        self._consumer: Consumer | None = Consumer(
-            client_config(
-                bootstrap_servers,
-                f"task-{task_id}",
-                role="consumer",
-                kafka=kafka,
-                defaults={"fetch.wait.max.ms": 50, **LARGE_FETCH},
-                **{
-                    "group.id": f"processor-api-task-{task_id}-{uuid.uuid4().hex}",  # never joined
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "error",
-                    "isolation.level": isolation_level,
-                    "allow.auto.create.topics": False,
-                },
-            )
+        self._owns_shared = shared is None
+        self._shared = shared or WorkerInput(
+            bootstrap_servers,
+            f"task-{task_id}",
+            isolation_level=isolation_level,
+            kafka=kafka,
+            poll_records=poll_records,
         )
+        #: Messages the worker fetched for this task, not handed out yet.
+        self.pending: list[Any] = []
         self.read_end: dict[str, int] = {}
         self._eof: dict[str, bool] = {}
         self._bounds: dict[str, int] = {}
         self._paused: set[str] = set()
         self._topics: list[str] = []
-        self._answered_at = time.monotonic()  # the broker last answered (a fetch, a probe)
-        self._probed_at = 0.0
-        self._unreachable_since: float | None = None
+        self._closed = False
         self._log = get_logger("processor_api.task_input", task=task_id)
 
     # ------------------------------------------------------------------ position
@@ -109,6 +225,7 @@ class ContinuousInput:
             consumer.resume([TopicPartition(t, self.partition) for t in self._paused])
         self._topics = list(positions)
         self.read_end = {}
+        self.pending = []
         assignment = []
         for topic, offset in positions.items():
             if offset is None:
@@ -118,7 +235,7 @@ class ContinuousInput:
             assignment.append(TopicPartition(topic, self.partition, offset))
         self._eof = dict.fromkeys(self._topics, False)
         self._paused.clear()
-        consumer.assign(assignment)
+        self._shared.attach(self, assignment)
 
     def set_bounds(self, end_offsets: Mapping[str, int] | None) -> None:
         """Stop handing out records of a topic at its end offset (None: no bounds)."""
@@ -136,19 +253,13 @@ class ContinuousInput:
 
     # ---------------------------------------------------------------------- poll
     def poll(self, timeout_s: float) -> list[InputRecord]:
-        """The records that arrived, in offset order per partition: at most ``poll_records``;
-        waits up to ``timeout_s`` for the first one only."""
-        consumer = self._require()
-        messages = consumer.consume(self.poll_records, 0)
-        if not messages and timeout_s > 0:
-            first = consumer.poll(timeout_s)
-            if first is not None:
-                messages = [first, *consumer.consume(self.poll_records - 1, 0)]
-        now = time.monotonic()
-        if messages:
-            self._answered_at, self._unreachable_since = now, None
-        elif now - max(self._answered_at, self._probed_at) >= PROBE_AFTER_S:
-            self._probe(consumer)
+        """The records that arrived, in offset order per partition; when none were fetched
+        for the task yet, fetches for the worker first, waiting up to ``timeout_s`` for the
+        first record only."""
+        self._require()
+        if not self.pending:
+            self._shared.fetch(timeout_s)
+        messages, self.pending = self.pending, []
         overshot: set[str] = set()
         records = self._to_records(messages, overshot)
         for topic in overshot:  # fetched past its end: read again from there later
@@ -165,20 +276,7 @@ class ContinuousInput:
     @property
     def unreachable_since(self) -> float | None:
         """Since when (monotonic) the broker has not answered, while it does not; else None."""
-        return self._unreachable_since
-
-    def _probe(self, consumer: Consumer) -> None:
-        """Ask for the cluster's metadata (all topics: naming one may create it on some
-        brokers); no answer within :data:`PROBE_TIMEOUT_S` means the broker is unreachable."""
-        self._probed_at = time.monotonic()
-        try:
-            consumer.list_topics(timeout=PROBE_TIMEOUT_S)
-        except KafkaException as exc:
-            if self._unreachable_since is None:
-                self._unreachable_since = self._answered_at
-                self._log.debug("broker_unreachable", error=str(exc))
-            return
-        self._answered_at, self._unreachable_since = time.monotonic(), None
+        return self._shared.unreachable_since
 
     def _to_records(self, messages: list[Any], overshot: set[str]) -> list[InputRecord]:
         records: list[InputRecord] = []
@@ -299,15 +397,18 @@ class ContinuousInput:
         return all(self.read_end.get(t, -1) >= bound for t, bound in self._bounds.items())
 
     def close(self) -> None:
-        """Close the consumer (idempotent)."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                consumer.close()
-            except (KafkaException, RuntimeError):
-                pass
+        """Give the task's partitions back (and close the consumer if it is the task's
+        own); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.pending = []
+        if self._owns_shared:
+            self._shared.close()
+        else:
+            self._shared.detach(self)
 
     def _require(self) -> Consumer:
-        if self._consumer is None:
+        if self._closed:
             raise RuntimeError(f"task {self.task_id}: its input is closed")
-        return self._consumer
+        return self._shared.consumer

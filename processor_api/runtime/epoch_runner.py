@@ -32,7 +32,7 @@ from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.task import Task
 from processor_api.errors import ProducerWedgedError, StreamsError, WaitInterrupted
 from processor_api.kafka.offsets import end_offsets
-from processor_api.runtime.continuous_input import ContinuousInput
+from processor_api.runtime.continuous_input import ContinuousInput, WorkerInput
 from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
 from processor_api.runtime.task_runner import TaskRunner
 
@@ -83,54 +83,96 @@ class _Counts:
     dropped: int = 0
 
 
-class EpochTaskRunner(TaskRunner):
-    """Runs the epochs of one task while this process owns it (see the module docs)."""
+@dataclass
+class TurnOutcome:
+    """What one turn of a task's loop did."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # TaskRunner's
+    finished: bool  # the task's epoch ended (committed); no more turns this epoch
+    busy: bool  # it processed, punctuated or committed something
+
+
+@dataclass
+class _Epoch:
+    """The epoch a task is in."""
+
+    request: EpochRequest
+    control: EpochControl
+    deadline: float | None  # monotonic; None: no time limit
+    rebuilt: bool
+    restored: int
+
+
+class EpochTaskRunner(TaskRunner):
+    """Runs the epochs of one task while this process owns it (see the module docs).
+
+    Alone (:meth:`run_epoch`) the task has its loop to itself. A worker running many tasks
+    (``worker_host.py``) drives each through :meth:`begin_epoch`, :meth:`turn` and
+    :meth:`end_epoch` in one loop, with their inputs on one consumer (``shared_input``) and
+    their commits at the same times.
+    """
+
+    def __init__(self, *args: Any, shared_input: WorkerInput | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._shared_input = shared_input
         self._stream: ContinuousInput | None = None
         self._dirty = False  # something to commit since the last commit
         self._counts = _Counts()
         self._last_global_catch_up = 0.0
         self._last_commit_json: str | None = None  # survives the task being dropped
         self._first_records_seen = False  # the first input this host processes is logged
+        self._epoch: _Epoch | None = None
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
-        """One epoch of the task (see the module docs)."""
+        """One epoch of the task with the loop to itself (see the module docs)."""
+        interval_s = self.config.commit_interval / 1000
+        ended = self.begin_epoch(request, control)
+        if ended is not None:
+            return ended
+        commit_at = time.monotonic() + interval_s
+        while True:
+            outcome = self.turn(MAX_POLL_WAIT_S, commit_at)
+            if isinstance(outcome, EpochReply):
+                return outcome
+            if outcome.finished:
+                return self.end_epoch()
+            if time.monotonic() >= commit_at:
+                commit_at = time.monotonic() + interval_s
+
+    def begin_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply | None:
+        """Resume or rebuild the task for the epoch of ``request``; an :class:`EpochReply` when
+        the epoch already ended (the run stops while the broker does not answer)."""
         self._patience.interrupted = lambda waited_s: _interruption(control, waited_s)
         self._last_commit_json = request.state_json
         self.alive_at = time.monotonic()
-        try:
-            return self._run_epoch(request, control)
-        except WaitInterrupted as exc:
-            if not control.connected() or control.release_requested():
-                dropped = self._abandon_batch() if self._task is not None else 0
-                raise EpochAbandoned(
-                    f"task {self.task_id}: {exc}; {dropped} uncommitted store writes dropped"
-                ) from None
-            return self._end_uncommitted(exc)
-        finally:
-            self._patience.interrupted = lambda waited_s: None
-
-    def _run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
-        rebuilt, restored = self._resume(request.state_json)
-        task = self._task
-        assert task is not None
-        stream = self._stream
-        assert stream is not None
         end = request.end
-        stream.set_bounds(self._bounds(end))
-        try:
-            self._loop(task, stream, request, control, end)
-        except (EpochAbandoned, WaitInterrupted):
-            raise
-        except BaseException:
-            if self._task is not None:  # a failed commit has dropped it already
-                self._log.warning(
-                    "task_epoch_failed", buffered_writes_dropped=self._abandon_batch()
-                )
-            raise
+
+        def begin() -> None:
+            rebuilt, restored = self._resume(request.state_json)
+            stream = self._stream
+            assert stream is not None
+            stream.set_bounds(self._bounds(end))
+            deadline = None if end.duration_s is None else time.monotonic() + end.duration_s
+            self._epoch = _Epoch(request, control, deadline, rebuilt, restored)
+            self._open_batch()
+
+        return self._guarded(control, begin)
+
+    def turn(self, wait_s: float, commit_at: float) -> TurnOutcome | EpochReply:
+        """One turn of the loop: poll (waiting up to ``wait_s`` for input), process until a
+        commit, punctuation or the epoch's end is due, punctuate, and commit when the epoch
+        ends, a processor asked for it or ``commit_at`` (monotonic) has come. An
+        :class:`EpochReply` when the epoch ended without its uncommitted work."""
+        epoch = self._epoch
+        assert epoch is not None, "turn() outside an epoch"
+        return self._guarded(epoch.control, lambda: self._turn(epoch, wait_s, commit_at))
+
+    def end_epoch(self) -> EpochReply:
+        """The reply of the epoch whose last turn finished it."""
+        epoch, self._epoch = self._epoch, None
+        assert epoch is not None, "end_epoch() outside an epoch"
+        self._patience.interrupted = lambda waited_s: None
+        stream = self._stream
         # what the loop did between the last epoch and this one counts in this one
         counts, self._counts = self._counts, _Counts()
         return EpochReply(
@@ -138,13 +180,63 @@ class EpochTaskRunner(TaskRunner):
             processed=counts.processed,
             outputs=counts.outputs,
             changelog_records=counts.changelog_records,
-            restored=restored,
+            restored=epoch.restored,
             commits=counts.commits,
             inits=self.inits,
-            rebuilt=rebuilt,
+            rebuilt=epoch.rebuilt,
             dropped_records=counts.dropped,
-            lag=self._input_lag(stream),
+            lag=None if stream is None else self._input_lag(stream),
         )
+
+    def next_due_s(self, cap_s: float) -> float:
+        """How long the task can wait for input before something else is due (a wall-clock
+        punctuation, ``max.task.idle.ms``, the epoch's end); 0 with records in hand."""
+        task, stream, epoch = self._task, self._stream, self._epoch
+        if task is None or stream is None or self._unfinished or stream.pending:
+            return 0.0
+        wait_s = self._punctuation_wait_s(task, cap_s)
+        if epoch is not None and epoch.deadline is not None:
+            wait_s = min(wait_s, max(0.0, epoch.deadline - time.monotonic()))
+        return wait_s
+
+    def abandon_epoch(self) -> None:
+        """Another task's failure ends the worker's epoch: drop what this task did not commit
+        (it is rebuilt from its last commit)."""
+        self._epoch = None
+        self._patience.interrupted = lambda waited_s: None
+        if self._task is not None:
+            self._log.info(
+                "uncommitted_work_dropped", buffered_writes_dropped=self._abandon_batch()
+            )
+
+    def _guarded(self, control: EpochControl, step: Callable[[], Any]) -> Any:
+        """Run a step of the epoch: a wait interrupted because the Spark task is gone or the
+        task is released abandons the epoch (:class:`EpochAbandoned`); one interrupted because
+        the run stops ends it without its uncommitted work (the reply); any other failure
+        drops the task and is raised."""
+        try:
+            return step()
+        except WaitInterrupted as exc:
+            self._epoch = None
+            self._patience.interrupted = lambda waited_s: None
+            if not control.connected() or control.release_requested():
+                dropped = self._abandon_batch() if self._task is not None else 0
+                raise EpochAbandoned(
+                    f"task {self.task_id}: {exc}; {dropped} uncommitted store writes dropped"
+                ) from None
+            return self._end_uncommitted(exc)
+        except EpochAbandoned:
+            self._epoch = None
+            self._patience.interrupted = lambda waited_s: None
+            raise
+        except BaseException:
+            self._epoch = None
+            self._patience.interrupted = lambda waited_s: None
+            if self._task is not None:  # a failed commit has dropped it already
+                self._log.warning(
+                    "task_epoch_failed", buffered_writes_dropped=self._abandon_batch()
+                )
+            raise
 
     def _end_uncommitted(self, interrupted: WaitInterrupted) -> EpochReply:
         """The run stops while the broker does not answer: end the epoch at once, dropping
@@ -166,59 +258,48 @@ class EpochTaskRunner(TaskRunner):
             rebuilt=False,
         )
 
-    def _loop(
-        self,
-        task: Task,
-        stream: ContinuousInput,
-        request: EpochRequest,
-        control: EpochControl,
-        end: EpochEnd,
-    ) -> None:
-        """Poll, process, punctuate and commit until the epoch ends (see the module docs)."""
-        deadline = None if end.duration_s is None else time.monotonic() + end.duration_s
-        interval_s = self.config.commit_interval / 1000
-        next_commit = time.monotonic() + interval_s
-        self._open_batch()
-        while True:
-            if not control.connected() or control.release_requested():
-                dropped = self._abandon_batch()
-                raise EpochAbandoned(
-                    f"task {self.task_id}: the Spark task of epoch {request.epoch} is gone; "
-                    f"{dropped} uncommitted store writes dropped"
-                )
-            now = self.alive_at = time.monotonic()
-            # process until the next commit or punctuation is due, then look at the clocks
-            busy_until = now + self._punctuation_wait_s(task, max(0.0, next_commit - now))
-            if deadline is not None:
-                busy_until = min(busy_until, deadline)
-            wait_s = min(MAX_POLL_WAIT_S, max(0.0, busy_until - now))
-            self._step(task, stream, self._punctuation_wait_s(task, wait_s), busy_until)
-            self._patience.observe("consumer", self._waiting_for_input, stream.unreachable_since)
-            now = time.monotonic()
-            finished = (
-                control.end_requested()
-                or (deadline is not None and now >= deadline)
-                or (stream.has_bounds and stream.reached() and not task.buffered())
+    def _turn(self, epoch: _Epoch, wait_s: float, commit_at: float) -> TurnOutcome:
+        control = epoch.control
+        if not control.connected() or control.release_requested():
+            dropped = self._abandon_batch()
+            raise EpochAbandoned(
+                f"task {self.task_id}: the Spark task of epoch {epoch.request.epoch} is gone; "
+                f"{dropped} uncommitted store writes dropped"
             )
-            if finished or now >= next_commit or task.commit_requested:
-                try:
-                    self._commit()
-                except ProducerWedgedError as exc:
-                    # the commit dropped the task: rebuilt from its last commit with a new
-                    # producer (fencing the wedged one), it does again what was not committed
-                    self._log.warning("transaction_abandoned", detail=str(exc))
-                    self._resume(self._last_commit_json)
-                    rebuilt, reopened = self._task, self._stream
-                    assert rebuilt is not None and reopened is not None
-                    task, stream = rebuilt, reopened
-                    stream.set_bounds(self._bounds(end))
-                    self._open_batch()
-                    next_commit = time.monotonic() + interval_s
-                    continue
-                next_commit = time.monotonic() + interval_s
-                if finished:
-                    return
-                self._open_batch()
+        task, stream = self._task, self._stream
+        assert task is not None and stream is not None
+        now = self.alive_at = time.monotonic()
+        # process until the next commit or punctuation is due, then look at the clocks
+        busy_until = now + self._punctuation_wait_s(task, max(0.0, commit_at - now))
+        if epoch.deadline is not None:
+            busy_until = min(busy_until, epoch.deadline)
+        wait_s = min(wait_s, max(0.0, busy_until - now))
+        busy = self._step(task, stream, self._punctuation_wait_s(task, wait_s), busy_until)
+        self._patience.observe("consumer", self._waiting_for_input, stream.unreachable_since)
+        now = time.monotonic()
+        finished = (
+            control.end_requested()
+            or (epoch.deadline is not None and now >= epoch.deadline)
+            or (stream.has_bounds and stream.reached() and not task.buffered())
+        )
+        if not (finished or now >= commit_at or task.commit_requested):
+            return TurnOutcome(finished=False, busy=busy)
+        committed = self._dirty or self._committed_json is None
+        try:
+            self._commit()
+        except ProducerWedgedError as exc:
+            # the commit dropped the task: rebuilt from its last commit with a new producer
+            # (fencing the wedged one), it does again what was not committed
+            self._log.warning("transaction_abandoned", detail=str(exc))
+            self._resume(self._last_commit_json)
+            reopened = self._stream
+            assert reopened is not None
+            reopened.set_bounds(self._bounds(epoch.request.end))
+            self._open_batch()
+            return TurnOutcome(finished=False, busy=True)
+        if not finished:
+            self._open_batch()
+        return TurnOutcome(finished=finished, busy=busy or committed)
 
     @staticmethod
     def _input_lag(stream: ContinuousInput) -> int | None:
@@ -233,18 +314,32 @@ class EpochTaskRunner(TaskRunner):
     def keep_going(self, until: float, stop: Callable[[], bool]) -> None:
         """Between two epochs: go on processing (nothing is committed) until ``until``
         (monotonic) or ``stop()``; the next epoch commits what this did, or a rebuild drops it."""
+        self.begin_gap(stop)
+        try:
+            while not stop() and time.monotonic() < until:
+                self.gap_turn(MAX_POLL_WAIT_S)
+        finally:
+            self.end_gap()
+
+    def begin_gap(self, stop: Callable[[], bool]) -> None:
+        """Before processing between epochs: a wait for the broker ends once ``stop()``."""
+        self._patience.interrupted = lambda waited_s: "an epoch came" if stop() else None
+        if self._task is not None:
+            self._open_batch()
+
+    def gap_turn(self, wait_s: float) -> bool:
+        """One turn between epochs (poll, process, punctuate; no commit); whether it did
+        anything."""
         task, stream = self._task, self._stream
         if task is None or stream is None:
-            return
-        self._patience.interrupted = lambda waited_s: "an epoch came" if stop() else None
-        try:
-            self._open_batch()
-            while not stop() and time.monotonic() < until:
-                now = self.alive_at = time.monotonic()
-                wait_s = self._punctuation_wait_s(task, MAX_POLL_WAIT_S)
-                self._step(task, stream, wait_s, now + wait_s)
-        finally:
-            self._patience.interrupted = lambda waited_s: None
+            return False
+        now = self.alive_at = time.monotonic()
+        busy_s = self._punctuation_wait_s(task, MAX_POLL_WAIT_S)
+        return self._step(task, stream, min(wait_s, busy_s), now + busy_s)
+
+    def end_gap(self) -> None:
+        """After processing between epochs."""
+        self._patience.interrupted = lambda waited_s: None
 
     def drop_uncommitted(self) -> bool:
         """Drop the task if it did anything since its last commit (the next epoch rebuilds it
@@ -255,8 +350,9 @@ class EpochTaskRunner(TaskRunner):
         self._dirty = False
         return True
 
-    def _step(self, task: Task, stream: ContinuousInput, wait_s: float, busy_until: float) -> None:
-        """One turn of the loop: poll, process until ``busy_until`` (monotonic), punctuate."""
+    def _step(self, task: Task, stream: ContinuousInput, wait_s: float, busy_until: float) -> bool:
+        """One turn of the loop: poll, process until ``busy_until`` (monotonic), punctuate;
+        whether it did anything."""
         records = stream.poll(0.0 if self._unfinished else wait_s)
         if records:
             records = self._input.keep_committed(records)
@@ -274,6 +370,8 @@ class EpochTaskRunner(TaskRunner):
         self._counts.outputs += collector.sent - sent_before
         if processed or punctuated or collector.sent != sent_before:
             self._dirty = True
+            return True
+        return bool(records)
 
     def _punctuation_wait_s(self, task: Task, wait_s: float) -> float:
         """``wait_s``, shortened to when a wall-clock punctuation, ``max.task.idle.ms`` or
@@ -393,6 +491,7 @@ class EpochTaskRunner(TaskRunner):
                 self.partition,
                 isolation_level=self._guarantee.isolation_level,
                 kafka=self.spec.kafka,
+                shared=self._shared_input,
             )
         positions = task.metadata().input_positions
         starts = self.spec.start_offsets

@@ -1,15 +1,15 @@
-"""Talking to task hosts: finding or starting a task's host process, requests, closing hosts.
+"""Talking to worker hosts: finding or starting a worker's host process, requests, closing.
 
-Every task runs in a host process of its own on the executor (``task_host.py``), which keeps
-the task alive across epochs. Spark's Python worker that gets the task's group in an epoch
-only forwards the request and stays connected: pyspark hands groups to whichever worker is
-free, so the task cannot live in a worker.
+Every worker runs its tasks in a host process of its own on the executor
+(``worker_host.py``), which keeps them alive across epochs. Spark's Python worker that gets
+the worker's group in an epoch only forwards the request and stays connected: pyspark hands
+groups to whichever Python worker is free, so the tasks cannot live in one.
 
 A host listens on an abstract Unix socket (no file, no path length limit) named after the
-task directory and the pyspark daemon that started it; it writes that name to
-``<task dir>/.host`` once it owns the task, so the driver can close it at the end of a run and
-a host elsewhere can ask it to let the task go. Messages are 8-byte big-endian lengths
-followed by a pickle.
+worker (:func:`worker_key`) and the pyspark daemon that started it; it writes that name to
+``<task dir>/.host`` of every task it owns, so the driver can close it at the end of a run and
+a host elsewhere can ask it to let a task go. Messages are 8-byte big-endian lengths followed
+by a pickle.
 """
 
 from __future__ import annotations
@@ -34,9 +34,15 @@ START_TIMEOUT_S = 60.0
 _LENGTH = struct.Struct(">Q")
 
 
-def socket_name(task_dir: Path, daemon_pid: int) -> str:
-    """The abstract socket name of the host of ``task_dir`` started under ``daemon_pid``."""
-    digest = hashlib.sha1(str(Path(task_dir).resolve()).encode()).hexdigest()[:20]
+def worker_key(state_dir: str | os.PathLike[str], application_id: str, worker: str) -> Path:
+    """What names a worker's host on a machine: its application's state directory and the
+    worker's id (a name only: no such directory is made)."""
+    return Path(state_dir).resolve() / application_id / f".worker-{worker}"
+
+
+def socket_name(key: Path, daemon_pid: int) -> str:
+    """The abstract socket name of the host of worker ``key`` started under ``daemon_pid``."""
+    digest = hashlib.sha1(str(key).encode()).hexdigest()[:20]
     return f"processor-api-{digest}-{daemon_pid}"
 
 
@@ -93,22 +99,22 @@ def request(name: str, message: Any, timeout_s: float | None = None) -> Any:
         return receive_message(sock)
 
 
-def connect_or_start(task_dir: Path, log_format: str) -> socket.socket:
-    """A connection to the host of ``task_dir`` under this worker's daemon, started if needed."""
+def connect_or_start(key: Path, log_format: str) -> socket.socket:
+    """A connection to the host of worker ``key`` under this Python worker's daemon, started
+    if needed."""
     daemon_pid = os.getppid()
-    name = socket_name(task_dir, daemon_pid)
+    name = socket_name(key, daemon_pid)
     sock = _connect(name)
     if sock is not None:
         return sock
-    # Two workers may start a host for the same task at once: only one can bind the name,
-    # the other host exits at once and both workers connect to the winner.
+    # Two Python workers may start a host for the same worker at once: only one can bind the
+    # name, the other host exits at once and both connect to the winner.
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "processor_api.runtime.task_host",
+            "processor_api.runtime.worker_host",
             name,
-            str(task_dir),
             str(daemon_pid),
             log_format,
         ],
@@ -124,25 +130,25 @@ def connect_or_start(task_dir: Path, log_format: str) -> socket.socket:
             return sock
         if process.poll() not in (None, 0):
             raise StreamsError(
-                f"the task host for {task_dir} exited with code {process.returncode} at start "
+                f"{_host_of(key)} exited with code {process.returncode} at start "
                 "(its error is in the executor's log)"
             )
         time.sleep(0.01)
-    raise StreamsError(f"the task host for {task_dir} did not listen within {START_TIMEOUT_S:g}s")
+    raise StreamsError(f"{_host_of(key)} did not listen within {START_TIMEOUT_S:g}s")
 
 
 REQUEST_ATTEMPTS = 3
 
 
 def exchange(
-    task_dir: Path,
+    key: Path,
     log_format: str,
     message: Any,
     attempts: int = REQUEST_ATTEMPTS,
     timeout_s: float | None = None,
     stuck_after_s: float | None = None,
 ) -> Any:
-    """Send ``message`` to the host of ``task_dir`` (started if needed) and return its reply.
+    """Send ``message`` to the host of ``key`` (started if needed) and return its reply.
 
     ``timeout_s`` bounds each wait for a message from the host. While an epoch runs the host
     sends :class:`EpochAlive` messages, which are read and passed over; one that says the
@@ -155,18 +161,17 @@ def exchange(
     """
     failure = "it closed the connection without a reply"
     for _ in range(attempts):
-        with connect_or_start(task_dir, log_format) as connection:
+        with connect_or_start(key, log_format) as connection:
             connection.settimeout(timeout_s)
             try:
                 send_message(connection, message)
                 reply = receive_message(connection)
                 while isinstance(reply, EpochAlive):
-                    _check_not_stuck(task_dir, message, reply, stuck_after_s)
+                    _check_not_stuck(key, message, reply, stuck_after_s)
                     reply = receive_message(connection)
             except TimeoutError as exc:
                 raise TimeoutError(
-                    f"the task host for {task_dir} did not answer {_what(message)} within "
-                    f"{timeout_s:g}s"
+                    f"{_host_of(key)} did not answer {_what(message)} within {timeout_s:g}s"
                 ) from exc
             except (ConnectionError, OSError) as exc:
                 failure = f"the connection failed: {exc}"
@@ -174,19 +179,22 @@ def exchange(
         if reply is not None:
             return reply
     raise ConnectionError(
-        f"the task host for {task_dir} gave no reply to {_what(message)} "
-        f"in {attempts} attempts ({failure})"
+        f"{_host_of(key)} gave no reply to {_what(message)} in {attempts} attempts ({failure})"
     )
 
 
 def _check_not_stuck(
-    task_dir: Path, message: Any, alive: EpochAlive, stuck_after_s: float | None
+    key: Path, message: Any, alive: EpochAlive, stuck_after_s: float | None
 ) -> None:
     if stuck_after_s is not None and alive.loop_idle_s > stuck_after_s:
         raise TaskTimeoutError(
-            f"the task host for {task_dir} is stuck in {_what(message)}: its loop has not "
+            f"{_host_of(key)} is stuck in {_what(message)}: its loop has not "
             f"turned for {alive.loop_idle_s:.0f}s (more than {stuck_after_s:g}s)"
         )
+
+
+def _host_of(key: Path) -> str:
+    return f"the host of worker {key.name.removeprefix('.worker-')} ({key.parent})"
 
 
 def _what(message: Any) -> str:
@@ -197,7 +205,7 @@ def raise_remote_error(reply: Any) -> None:
     """Raise the error a host reported (an :class:`ErrorReply`), as the same processor_api
     error type when there is one; any other reply is an error of its own."""
     if not isinstance(reply, ErrorReply):
-        raise StreamsError(f"a task host answered with an unexpected {type(reply).__name__}")
+        raise StreamsError(f"a worker host answered with an unexpected {type(reply).__name__}")
     name, text, trace = reply.error_type, reply.message, reply.traceback
     cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, StreamsError):
@@ -206,22 +214,31 @@ def raise_remote_error(reply: Any) -> None:
     else:
         error = StreamsError(f"{name}: {text}")
     if hasattr(error, "add_note"):  # Python 3.11+
-        error.add_note(f"in the task host:\n{trace}")
+        error.add_note(f"in the worker host:\n{trace}")
     raise error
 
 
-def close_hosts(state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str]) -> int:
-    """Ask every host of the application's tasks on this machine to close its task and exit.
-
-    Returns how many closed. ``close()`` of the processors runs in each.
-    """
-    closed = 0
+def host_names(
+    state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str]
+) -> list[str]:
+    """The hosts on this machine that hold tasks of the application (each named once)."""
+    names: list[str] = []
     for task_id in task_ids:
-        marker = Path(state_dir) / application_id / task_id / HOST_FILE
         try:
-            name = marker.read_text().strip()
+            name = (Path(state_dir) / application_id / task_id / HOST_FILE).read_text().strip()
         except OSError:
             continue
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def close_hosts(state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str]) -> int:
+    """Ask every worker host of the application's tasks on this machine to close its tasks
+    and exit. Returns how many closed. ``close()`` of the processors runs in each.
+    """
+    closed = 0
+    for name in host_names(state_dir, application_id, task_ids):
         try:
             reply = request(name, CloseRequest(), timeout_s=120.0)
         except (OSError, ConnectionError):

@@ -25,6 +25,8 @@ class JobSpec:
     flush_timeout_s: float = 60.0
     bounded: bool = False  # the run stops at fixed end offsets (no waiting for data past them)
     task_ids: tuple[str, ...] = ()  # every task of the run, in order (commit marker partitions)
+    #: Per worker id, the tasks it runs (``spark/assignment.py``).
+    assignment: dict[str, tuple[str, ...]] = field(default_factory=dict)
     kafka: KafkaClientConfig = field(default_factory=KafkaClientConfig)  # user client settings
     #: Epochs: where a task without a committed position starts, per input partition (the
     #: consumer group's offsets when the run started); then ``reset_policies`` per topic.

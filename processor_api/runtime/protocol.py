@@ -1,12 +1,13 @@
-"""The typed messages between a Spark task (or the driver) and a task host.
+"""The typed messages between a Spark task (or the driver) and a worker host.
 
 One request per connection, answered by one reply (framing: ``host_client.send_message``).
-An :class:`EpochRequest` keeps its connection open for the whole epoch: the host works on the
-task only while that connection is up, sends an :class:`EpochAlive` every few seconds, and
-answers at the epoch's end with an :class:`EpochReply` (or an :class:`ErrorReply`). The other requests are short:
-:class:`EndEpochRequest` (the driver stops the run: commit and end the epoch now),
-:class:`CloseRequest` (the run ended: close the task, exit) and :class:`ReleaseRequest`
-(another host on this machine takes the task: drop what is uncommitted, close, exit).
+A :class:`WorkerEpochRequest` keeps its connection open for the whole epoch: the worker runs
+its tasks only while that connection is up, sends an :class:`EpochAlive` every few seconds,
+and answers at the epoch's end with a :class:`WorkerEpochReply` (or an :class:`ErrorReply`).
+The other requests are short: :class:`EndEpochRequest` (the driver stops the run: commit and
+end the epoch now), :class:`CloseRequest` (the run ended: close every task, exit) and
+:class:`ReleaseRequest` (another worker on this machine takes a task: drop what it has not
+committed and close it).
 """
 
 from __future__ import annotations
@@ -49,6 +50,31 @@ class EpochRequest:
 
 
 @dataclass(frozen=True)
+class TaskEpoch:
+    """One task of a worker's epoch: its id and its committed metadata as Spark knows it
+    (None: Spark has none for it on this worker)."""
+
+    task_id: str
+    state_json: str | None
+
+
+@dataclass(frozen=True)
+class WorkerEpochRequest:
+    """Run the tasks assigned to ``worker`` for one epoch; tasks the worker holds and this
+    request does not name are closed first (they were assigned elsewhere)."""
+
+    spec: JobSpec
+    worker: str
+    tasks: tuple[TaskEpoch, ...]
+    epoch: int
+    end: EpochEnd = field(default_factory=EpochEnd)
+
+    def for_task(self, task: TaskEpoch) -> EpochRequest:
+        """The epoch of one of the tasks."""
+        return EpochRequest(self.spec, task.task_id, task.state_json, self.epoch, self.end)
+
+
+@dataclass(frozen=True)
 class EndEpochRequest:
     """The driver is stopping run ``run_id``: commit now and end the running epoch; an epoch
     of that run that begins afterwards ends at once without touching the task (Spark may
@@ -59,12 +85,15 @@ class EndEpochRequest:
 
 @dataclass(frozen=True)
 class CloseRequest:
-    """Close the task (``close()`` of its processors runs) and exit: the run ended."""
+    """Close every task (``close()`` of their processors runs) and exit: the run ended."""
 
 
 @dataclass(frozen=True)
 class ReleaseRequest:
-    """Another host on this machine takes the task: drop what is uncommitted and exit."""
+    """Another worker on this machine takes ``task_id``: drop what it has not committed and
+    close it (its lock is free once answered by the closing, not by the reply)."""
+
+    task_id: str
 
 
 @dataclass(frozen=True)
@@ -92,6 +121,14 @@ class EpochReply:
     dropped_records: int = 0
     #: Records the broker had past what the task read when the epoch ended (None: unknown).
     lag: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkerEpochReply:
+    """Per task of the epoch, what it did; a task released to another worker meanwhile has
+    no entry (Spark keeps what it had for it)."""
+
+    replies: dict[str, EpochReply]
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
-"""The function Spark runs for each task and epoch in ``applyInPandasWithState``.
+"""The function Spark runs for each worker and epoch in ``applyInPandasWithState``.
 
-One call = one task for one epoch. It hands the epoch to the task's host process
-(``runtime/task_host.py``) and stays connected while the host runs the task's poll loop; the
-host works on the task only while this call is connected, and tells it every few seconds that
+One call = one worker for one epoch. It hands the epoch of the worker's tasks to the worker's
+host process (``runtime/worker_host.py``) and stays connected while the host runs their poll
+loop; the host works only while this call is connected, and tells it every few seconds that
 it is there and how long ago its loop last turned: a host that says nothing, or whose loop
-stands still, for longer than ``task.timeout.ms`` and a grace fails the call, naming the task.
-At the epoch's end the host answers with the task's last committed metadata, which the call
-stores in ``GroupState``, and the call returns one row of statistics. If the call dies (its worker or executor is killed, Spark
-cancels the task), the host drops what it has not committed.
+stands still, for longer than ``task.timeout.ms`` and a grace fails the call, naming the
+worker. At the epoch's end the host answers with each task's last committed metadata, which
+the call stores in the worker's ``GroupState`` (a JSON object by task id), and the call
+returns one row of statistics per task. If the call dies (its Python worker or executor is
+killed, Spark cancels it), the host drops what its tasks have not committed.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ import pandas as pd
 from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.logging import configure_logging, get_logger
-from processor_api.runtime.host_client import exchange, raise_remote_error
+from processor_api.runtime.host_client import exchange, raise_remote_error, worker_key
 from processor_api.runtime.job import JobSpec
-from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.protocol import (
+    EpochEnd,
+    TaskEpoch,
+    WorkerEpochReply,
+    WorkerEpochRequest,
+)
 from processor_api.spark.task_keys import task_id_of
-from processor_api.state.manager import task_directory
 
 OUTPUT_SCHEMA = (
     "task string, records long, outputs long, changelog_records long, restored long, "
@@ -44,7 +49,7 @@ ANSWER_GRACE_S = 60.0
 
 
 def loop_patience_s(task_timeout_s: float) -> float:
-    """How long the host's loop may stand still before the epoch's call fails: the task's
+    """How long the host's loop may stand still before the epoch's call fails: the tasks'
     ``task.timeout.ms`` plus as much again, at most ``ANSWER_GRACE_S`` more."""
     return task_timeout_s + min(task_timeout_s, ANSWER_GRACE_S)
 
@@ -70,54 +75,59 @@ def _epoch(frames: Iterator[pd.DataFrame]) -> int:
 def run_epoch(
     spec: JobSpec, end: EpochEnd, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: Any
 ) -> Iterator[pd.DataFrame]:
-    """The ``applyInPandasWithState`` function body for one task and one epoch."""
+    """The ``applyInPandasWithState`` function body for one worker and one epoch."""
     started = time.monotonic()
     worker_setup(spec)
-    task_id = task_id_of(str(key[0]))
+    worker = task_id_of(str(key[0]))
     epoch = _epoch(frames)
-    get_logger("processor_api.spark_task", task=task_id).debug("epoch_call_started", epoch=epoch)
-    directory = task_directory(spec.executor_state_dir, spec.config["application_id"], task_id)
-    request = EpochRequest(
+    log = get_logger("processor_api.spark_task", worker=worker)
+    log.debug("epoch_call_started", epoch=epoch)
+    states: dict[str, str] = json.loads(state.get[0]) if state.exists else {}
+    tasks = spec.assignment.get(worker, ())
+    request = WorkerEpochRequest(
         spec=spec,
-        task_id=task_id,
-        state_json=state.get[0] if state.exists else None,
+        worker=worker,
+        tasks=tuple(TaskEpoch(task_id, states.get(task_id)) for task_id in tasks),
         epoch=epoch,
         end=end,
     )
     task_timeout_s = StreamsConfig.from_dict(spec.config).task_timeout_ms / 1000
     reply = exchange(
-        directory,
+        worker_key(spec.executor_state_dir, spec.config["application_id"], worker),
         spec.log_format,
         request,
         timeout_s=task_timeout_s + ANSWER_GRACE_S,
         stuck_after_s=loop_patience_s(task_timeout_s),
     )
-    if not isinstance(reply, EpochReply):
+    if not isinstance(reply, WorkerEpochReply):
         raise_remote_error(reply)
-    state.update((reply.metadata_json,))
+    replies = reply.replies
+    states.update({task_id: r.metadata_json for task_id, r in replies.items()})
+    state.update((json.dumps(states, sort_keys=True),))
     duration_ms = (time.monotonic() - started) * 1000
-    metadata = TaskMetadata.from_json(reply.metadata_json)
-    get_logger("processor_api.spark_task", task=task_id).debug(
-        "task_epoch_done",
-        epoch=epoch,
-        records=reply.processed,
-        outputs=reply.outputs,
-        commits=reply.commits,
-        stream_time=metadata.stream_time,
-        duration_ms=round(duration_ms, 1),
-    )
-    yield pd.DataFrame(
-        {
-            "task": [task_id],
-            "records": [reply.processed],
-            "outputs": [reply.outputs],
-            "changelog_records": [reply.changelog_records],
-            "restored": [reply.restored],
-            "stream_time": [metadata.stream_time],
-            "positions": [json.dumps(metadata.input_positions, sort_keys=True)],
-            "duration_ms": [duration_ms],
-            "pid": [os.getpid()],
-            "inits": [reply.inits],
-            "lag": pd.Series([reply.lag], dtype="Int64"),
-        }
-    )
+    rows: dict[str, list[Any]] = {column.split()[0]: [] for column in OUTPUT_SCHEMA.split(", ")}
+    for task_id, task_reply in replies.items():
+        metadata = TaskMetadata.from_json(task_reply.metadata_json)
+        get_logger("processor_api.spark_task", task=task_id).debug(
+            "task_epoch_done",
+            epoch=epoch,
+            records=task_reply.processed,
+            outputs=task_reply.outputs,
+            commits=task_reply.commits,
+            stream_time=metadata.stream_time,
+            duration_ms=round(duration_ms, 1),
+        )
+        rows["task"].append(task_id)
+        rows["records"].append(task_reply.processed)
+        rows["outputs"].append(task_reply.outputs)
+        rows["changelog_records"].append(task_reply.changelog_records)
+        rows["restored"].append(task_reply.restored)
+        rows["stream_time"].append(metadata.stream_time)
+        rows["positions"].append(json.dumps(metadata.input_positions, sort_keys=True))
+        rows["duration_ms"].append(duration_ms)
+        rows["pid"].append(os.getpid())
+        rows["inits"].append(task_reply.inits)
+        rows["lag"].append(task_reply.lag)
+    frame = pd.DataFrame({name: values for name, values in rows.items() if name != "lag"})
+    frame["lag"] = pd.Series(rows["lag"], dtype="Int64")
+    yield frame

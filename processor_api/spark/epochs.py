@@ -1,21 +1,21 @@
-"""The driver's side of a run in epochs: slots, the query, and ending epochs early.
+"""The driver's side of a run in epochs: workers, slots, the query, and ending epochs early.
 
-Every task's call stays open for its epoch (``epoch_function.py``), so the run needs a Spark
-task slot per task at once. In local mode the runner sizes the slots (:func:`local_master`);
-on a cluster it counts them at start (:func:`slots_of`) and, when short, runs *bounded*
-epochs: each ends once its task caught up with what its partitions held when it began, so
-tasks take turns on the slots.
+Every worker's call stays open for its epoch (``epoch_function.py``), so the run needs a Spark
+task slot per worker at once. A run has one worker per core by default (Kafka Streams'
+``num.stream.threads`` per executor otherwise: :func:`worker_count`); in local mode the runner
+sizes the slots to the workers (:func:`local_master`); on a cluster it counts them at start
+(:func:`slots_of`) and, when short, runs *bounded* epochs: each ends once its tasks caught up
+with what their partitions held when it began, so workers take turns on the slots.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from processor_api.logging import get_logger
-from processor_api.runtime.host_client import HOST_FILE, request
+from processor_api.runtime.host_client import host_names, request
 from processor_api.runtime.protocol import EndEpochRequest, EpochEnd
 from processor_api.topology import Topology
 
@@ -24,18 +24,39 @@ _log = get_logger("processor_api.runner")
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(,\s*\d+)?\])?$")
 
 
-def local_master(master: str, task_count: int) -> str:
-    """``master`` with at least ``task_count`` slots if it is a local master (``local``,
-    ``local[N]``, ``local[*]``, ``local[N,F]``); other masters unchanged."""
+def local_cores(master: str) -> int | None:
+    """The cores of a local master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``);
+    None for other masters."""
     match = _LOCAL.match(master.strip())
     if match is None:
-        return master
+        return None
     given = match.group(1)
-    cores = os.cpu_count() or 1
-    slots = 1 if given is None else cores if given == "*" else int(given)
-    if slots >= task_count:
+    return 1 if given is None else (os.cpu_count() or 1) if given == "*" else int(given)
+
+
+def local_master(master: str, worker_count: int) -> str:
+    """``master`` with at least ``worker_count`` slots if it is a local master; other
+    masters unchanged."""
+    match = _LOCAL.match(master.strip())
+    cores = local_cores(master)
+    if match is None or cores is None or cores >= worker_count:
         return master
-    return f"local[{task_count}{match.group(2) or ''}]"  # keeps ``,F`` (task failures)
+    return f"local[{worker_count}{match.group(2) or ''}]"  # keeps ``,F`` (task failures)
+
+
+def worker_count(task_count: int, cores: int, executors: int, threads: int | None) -> int:
+    """How many workers a run has: ``threads`` per executor (``num.stream.threads``), by
+    default one per core (``cores``: all executors' together), never more than tasks."""
+    wanted = cores if threads is None else threads * max(1, executors)
+    return max(1, min(task_count, wanted))
+
+
+def executors_of(spark: Any) -> int:
+    """How many executors the run has now (1 in local mode)."""
+    if local_cores(spark.sparkContext.master) is not None:
+        return 1
+    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
+    return max(1, len(infos) - 1)  # the driver is listed too
 
 
 def slots_of(spark: Any) -> int:
@@ -60,18 +81,19 @@ def reset_policies(topology: Topology, internal_topics: list[str]) -> dict[str, 
 RATE_PER_BATCH_FORMAT = "rate-micro-batch"
 
 
-def epoch_rows(spark: Any, group_keys: dict[str, str], task_ids: list[str]) -> Any:
-    """The streaming DataFrame ``(task, epoch)`` of the run: one row per task per epoch.
+def epoch_rows(spark: Any, group_keys: dict[str, str], workers: list[str]) -> Any:
+    """The streaming DataFrame ``(task, epoch)`` of the run: one row per worker per epoch
+    (the column keeps its name ``task``: it holds the worker's group key).
 
     Spark's ``rate-micro-batch`` source gives every micro-batch exactly ``rowsPerBatch``
     consecutive numbers (0.. in the first), and under ``Trigger.AvailableNow`` exactly one
-    batch: number ``v`` is task ``v mod n``'s row of epoch ``v div n + 1``. A JVM source: no
+    batch: number ``v`` is worker ``v mod n``'s row of epoch ``v div n + 1``. A JVM source: no
     Python planner process and no Python reader for these rows (a Python data source needs
     both; measured in bench/RESULTS.md). Its checkpoint offsets are the row numbers."""
     from pyspark.sql import functions as F  # noqa: N812 - pyspark's convention
 
-    count = len(task_ids)
-    keys = F.array(*[F.lit(group_keys[task_id]) for task_id in task_ids])
+    count = len(workers)
+    keys = F.array(*[F.lit(group_keys[worker]) for worker in workers])
     numbers = (
         spark.readStream.format(RATE_PER_BATCH_FORMAT)
         .option("rowsPerBatch", count)
@@ -101,15 +123,11 @@ def epoch_trigger_s(end: EpochEnd) -> float:
 def end_epochs(
     state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str], run_id: str
 ) -> int:
-    """Ask every host of the application's tasks on this machine to commit and end its
-    running epoch of run ``run_id`` now, and any epoch of that run that begins later at once;
-    returns how many answered. Hosts elsewhere end with the query."""
+    """Ask every worker host of the application's tasks on this machine to commit and end
+    its running epoch of run ``run_id`` now, and any epoch of that run that begins later at
+    once; returns how many answered. Hosts elsewhere end with the query."""
     answered = 0
-    for task_id in task_ids:
-        try:
-            name = (Path(state_dir) / application_id / task_id / HOST_FILE).read_text().strip()
-        except OSError:
-            continue
+    for name in host_names(state_dir, application_id, task_ids):
         try:
             reply = request(name, EndEpochRequest(run_id), timeout_s=10.0)
         except (OSError, ConnectionError):

@@ -193,6 +193,7 @@ class TopologyRunner:
                 "state_snapshot_max_bytes_per_second": (
                     self.config.state_snapshot_max_bytes_per_second
                 ),
+                "num_stream_threads": self.config.num_stream_threads,
                 **self.config.extra,
                 # the executors' registry serdes that name no registry use these
                 **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},
@@ -220,35 +221,71 @@ class TopologyRunner:
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         from processor_api.runtime.protocol import EpochEnd
+        from processor_api.spark.assignment import load_or_assign, worker_ids
         from processor_api.spark.epoch_function import run_epoch
-        from processor_api.spark.epochs import epoch_rows, epoch_trigger_s, reset_policies, slots_of
-        from processor_api.spark.task_keys import load_or_plan_group_keys
+        from processor_api.spark.epochs import (
+            epoch_rows,
+            epoch_trigger_s,
+            executors_of,
+            local_cores,
+            reset_policies,
+            slots_of,
+            worker_count,
+        )
+        from processor_api.spark.task_keys import load_or_plan_group_keys, recorded_partitions
 
         plan = self.plan or self.prepare()
         checkpoint = self.settings.resolved_checkpoint_dir
         check_checkpoint_mode(checkpoint)
+        threads = self.config.num_stream_threads
         if self._spark is None:
+            cores = local_cores(self.settings.master)
             self._spark = build_spark_session(
-                self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
+                self.settings,
+                f"run-topology:{self.config.application_id}",
+                len(plan.task_ids)
+                if cores is None
+                else worker_count(len(plan.task_ids), cores, 1, threads),
             )
         spark = self._spark
         slots = slots_of(spark)
-        bounded_epochs = not available_now and slots < len(plan.task_ids)
+        cores = local_cores(spark.sparkContext.master)
+        workers = worker_count(
+            len(plan.task_ids), slots if cores is None else cores, executors_of(spark), threads
+        )
+        partitions = recorded_partitions(checkpoint) or workers
+        if workers > partitions:
+            _log.warning(
+                "workers_capped",
+                workers=workers,
+                partitions=partitions,
+                detail="the Spark checkpoint was started with fewer shuffle partitions than "
+                "this run has workers, and Spark keeps them: each worker needs one",
+            )
+            workers = partitions
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+        bounded_epochs = not available_now and slots < workers
         self._timed_epochs = not available_now and not bounded_epochs
         if bounded_epochs and not self._warned_slots:
             self._warned_slots = True
             _log.warning(
                 "bounded_epochs",
-                tasks=len(plan.task_ids),
+                workers=workers,
                 slots=slots,
-                detail="fewer Spark task slots than tasks: each epoch ends once its task "
-                "caught up, so tasks take turns (latency is then the epoch cadence); give the "
-                "run at least as many executor cores as tasks for continuous epochs",
+                detail="fewer Spark task slots than workers: each epoch ends once its tasks "
+                "caught up, so workers take turns (latency is then the epoch cadence); give the "
+                "run at least as many executor cores as num.stream.threads per executor",
             )
-        group_keys = load_or_plan_group_keys(
-            checkpoint, plan.task_ids, int(spark.conf.get("spark.sql.shuffle.partitions"))
-        )
-        partitions = [
+        ids = worker_ids(workers)
+        subtopologies = {sub.id: sub for sub in self.topology.subtopologies()}
+        stateful = {
+            task_id
+            for task_id in plan.task_ids
+            if subtopologies[parse_task_id(task_id)[0]].store_names
+        }
+        assignment = load_or_assign(checkpoint, plan.task_ids, ids, stateful)
+        group_keys = load_or_plan_group_keys(checkpoint, ids, partitions)
+        topic_partitions = [
             (topic, p)
             for topics in (plan.external_sources, plan.internal)
             for topic, count in topics.items()
@@ -259,10 +296,11 @@ class TopologyRunner:
             start_offsets=committed_offsets(
                 self.settings.bootstrap_servers,
                 self.config.application_id,
-                partitions,
+                topic_partitions,
                 kafka=self.kafka,
             ),
             reset_policies=reset_policies(self.topology, sorted(plan.internal)),
+            assignment=assignment,
         )
         end = EpochEnd(
             duration_s=None if available_now or bounded_epochs else self.settings.epoch_interval_s,
@@ -270,7 +308,7 @@ class TopologyRunner:
             caught_up=bounded_epochs,
         )
         results = (
-            epoch_rows(spark, group_keys, plan.task_ids)
+            epoch_rows(spark, group_keys, ids)
             .groupBy("task")
             .applyInPandasWithState(
                 partial(run_epoch, spec, end),
@@ -298,6 +336,8 @@ class TopologyRunner:
             checkpoint=checkpoint,
             state_dir=self.settings.state_dir,
             guarantee=self.config.processing_guarantee.value,
+            tasks=len(plan.task_ids),
+            workers=workers,
             epochs="bounded"
             if bounded_epochs
             else "one"
@@ -564,7 +604,7 @@ class TopologyRunner:
         """Stop the query if running, close the tasks, stop the SparkSession if this runner
         created it.
 
-        Tasks live in host processes across epochs (``task_host.py``); closing them
+        Tasks live in worker host processes across epochs (``worker_host.py``); closing them
         runs the processors' ``close()``. Hosts on other machines exit with their executor.
         """
         if self._query is not None and self._query.isActive:

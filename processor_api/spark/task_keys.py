@@ -92,6 +92,16 @@ def task_id_of(group_key: str) -> str:
     return group_key.split(SALT_SEPARATOR, 1)[0]
 
 
+def recorded_partitions(checkpoint_dir: str | Path) -> int | None:
+    """The shuffle partitions the checkpoint's group keys were planned for (Spark keeps a
+    checkpoint's partition count); None for a new checkpoint."""
+    path = Path(checkpoint_dir) / TASK_KEYS_FILE
+    if not path.exists():
+        return None
+    partitions = json.loads(path.read_text()).get("partitions")
+    return None if partitions is None else int(partitions)
+
+
 def load_or_plan_group_keys(
     checkpoint_dir: str | Path, task_ids: Sequence[str], partitions: int
 ) -> dict[str, str]:

@@ -1,0 +1,629 @@
+"""A worker's host process: Kafka Streams' stream thread for the tasks assigned to it.
+
+One Spark task slot per worker holds the worker's epoch call (``spark/epoch_function.py``);
+the call forwards the epoch to this process, which runs every task assigned to the worker in
+one poll loop: one consumer over all their partitions (``continuous_input.WorkerInput``),
+their commits at the same times. Everything Kafka Streams keeps per task stays per task (each
+task's ``EpochTaskRunner``: stream time, punctuation, ``max.task.idle.ms``, handlers, its
+producer and commit markers, restore, snapshots, metrics). Started by the first Spark Python
+worker that runs the worker's epoch (``host_client.connect_or_start``) as
+``python -m processor_api.runtime.worker_host NAME DAEMON_PID LOG_FORMAT``. It
+
+* binds the abstract socket ``NAME`` (a second host for the same name exits at once);
+* serves one request per connection (``protocol.py``): a ``WorkerEpochRequest`` keeps its
+  connection for the whole epoch, and the tasks run only while that connection is up;
+  ``EndEpochRequest`` (the driver stops the run: commit and end the epoch now) is answered by
+  the acceptor thread at once, even mid-epoch, and an epoch of that run that begins afterwards
+  is answered at once with the tasks' committed metadata, the tasks untouched;
+  ``CloseRequest`` (the run ended) closes every task and exits, after the host stopped
+  listening; ``ReleaseRequest`` (another worker on this machine takes a task) closes that
+  task at its next turn, dropping what it had not committed;
+* takes each task directory's lock when it opens the task and holds it until it closes the
+  task, asking a previous owner on this machine to release it first; closes the tasks an
+  epoch does not name (assigned elsewhere now);
+* between two epochs of a continuous run goes on processing for up to ``EPOCH_GAP_S``
+  (committed by the next epoch, dropped if none comes), so records arriving while Spark plans
+  the next epoch are not held up;
+* exits when the pyspark daemon that started it is gone (the executor ended or was killed),
+  without closing anything: what it had not committed is done again from the committed state.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from processor_api.config import StreamsConfig
+from processor_api.engine.metadata import TaskMetadata
+from processor_api.errors import StreamsError
+from processor_api.logging import configure_logging, get_logger
+from processor_api.runtime.continuous_input import WorkerInput
+from processor_api.runtime.epoch_runner import (
+    MAX_POLL_WAIT_S,
+    EpochAbandoned,
+    EpochControl,
+    EpochTaskRunner,
+)
+from processor_api.runtime.host_client import (
+    HOST_FILE,
+    receive_message,
+    request,
+    send_message,
+)
+from processor_api.runtime.job import JobSpec
+from processor_api.runtime.metrics import TaskMetrics
+from processor_api.runtime.metrics_publisher import MetricsPublisher
+from processor_api.runtime.protocol import (
+    CloseRequest,
+    EndEpochRequest,
+    EpochAlive,
+    EpochReply,
+    ErrorReply,
+    OkReply,
+    ReleaseRequest,
+    WorkerEpochReply,
+    WorkerEpochRequest,
+)
+from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
+from processor_api.state.manager import remove_leftovers, task_directory
+
+WATCH_INTERVAL_S = 0.5
+
+
+class WorkerHost:
+    """The request handler and the poll loop of one worker's host process."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.runners: dict[str, EpochTaskRunner] = {}
+        self._input: WorkerInput | None = None
+        self._topology_run: str | None = None
+        self._topology: Any = None
+        self._spec: JobSpec | None = None
+        self.ended_run: str | None = None  # the driver stops this run: end its epochs now
+        self._publisher: MetricsPublisher | None = None  # the run asked for metrics
+        self._metrics: dict[str, TaskMetrics] = {}  # of every task this host ran in the run
+        self.stopping = threading.Event()  # a close request is queued
+        self._releases: set[str] = set()  # tasks another worker asked for
+        self._releases_lock = threading.Lock()
+        #: monotonic time of the last sign of life of the loop (or of a restore)
+        self._loop_at = time.monotonic()
+        self._log = get_logger("processor_api.worker_host")
+
+    @property
+    def alive_at(self) -> float:
+        """When the loop, or any task's restore, last showed it was moving (monotonic)."""
+        runners = tuple(self.runners.values())  # read by the signs-of-life thread
+        return max([self._loop_at, *(r.alive_at for r in runners)])
+
+    # --------------------------------------------------------------- requests
+    def release_requested(self, task_id: str) -> None:
+        """Another worker wants ``task_id`` (called by the acceptor thread)."""
+        with self._releases_lock:
+            self._releases.add(task_id)
+
+    def _released(self, task_id: str) -> bool:
+        with self._releases_lock:
+            return task_id in self._releases
+
+    def apply_releases(self) -> None:
+        """Close the tasks another worker asked for (outside an epoch)."""
+        with self._releases_lock:
+            released, self._releases = self._releases, set()
+        for task_id in released:
+            if task_id in self.runners:
+                self._close_task(task_id, reason="another worker on this machine takes it")
+
+    def handle(self, message: CloseRequest) -> OkReply:
+        """Close every task (the host exits after answering)."""
+        self._close()
+        return OkReply()
+
+    # ------------------------------------------------------------------ epoch
+    def epoch(
+        self, request: WorkerEpochRequest, connection: socket.socket
+    ) -> tuple[Any, float | None]:
+        """Run one epoch of the worker's tasks while ``connection`` (the Spark task) is up;
+        the reply (None when the Spark task is gone) and until when to go on between epochs
+        (None: do not)."""
+        spec = request.spec
+        if self.ended_run == spec.run_id:
+            return self._empty_epoch(request), None
+        self._loop_at = time.monotonic()
+        try:
+            with _signs_of_life(connection, lambda: self.alive_at):
+                reply = self._run_epoch(request, lambda: _connected(connection))
+        except BaseException as exc:  # noqa: BLE001 - reported to the worker, which raises it
+            return _error_reply(exc), None
+        if reply is None:
+            return None, None
+        continuous = request.end.duration_s is not None and self.ended_run != spec.run_id
+        return reply, (time.monotonic() + EPOCH_GAP_S) if continuous else None
+
+    def _run_epoch(
+        self, request: WorkerEpochRequest, connected: Callable[[], bool]
+    ) -> WorkerEpochReply | None:
+        spec = request.spec
+        if self._spec is not None and self._spec.run_id != spec.run_id:
+            self._close()  # a new run of the same application: the tasks start afresh
+        self._spec = spec
+        wanted = {task.task_id for task in request.tasks}
+        for task_id in [t for t in self.runners if t not in wanted]:
+            self._close_task(task_id, reason="assigned to another worker")
+        self.apply_releases()
+        replies: dict[str, EpochReply] = {}
+        active: dict[str, EpochTaskRunner] = {}
+        try:
+            for task in request.tasks:
+                runner = self.runners.get(task.task_id) or self._open(spec, task.task_id)
+                control = EpochControl(
+                    connected=connected,
+                    end_requested=lambda: self.ended_run == spec.run_id,
+                    release_requested=lambda t=task.task_id: (  # type: ignore[misc]
+                        self.stopping.is_set() or self._released(t)
+                    ),
+                )
+                try:
+                    ended = runner.begin_epoch(request.for_task(task), control)
+                except EpochAbandoned as exc:
+                    if not connected():
+                        raise
+                    self._log_abandoned(task.task_id, request.epoch, exc)
+                    self._close_task(task.task_id, reason="another worker takes it")
+                    continue
+                if ended is not None:
+                    replies[task.task_id] = ended
+                else:
+                    active[task.task_id] = runner
+            self._loop(active, replies, connected)
+        except EpochAbandoned as exc:
+            self._log.info("epoch_abandoned", epoch=request.epoch, detail=str(exc))
+            self._abandon(active)
+            return None
+        except BaseException:
+            self._abandon(active)
+            raise
+        return WorkerEpochReply(replies)
+
+    def _loop(
+        self,
+        active: dict[str, EpochTaskRunner],
+        replies: dict[str, EpochReply],
+        connected: Callable[[], bool],
+    ) -> None:
+        """Kafka Streams' stream thread loop over the worker's tasks: one fetch for all of
+        them, a turn for each, one commit time for all, until every task's epoch ended."""
+        interval_s = next(iter(active.values())).config.commit_interval / 1000 if active else 0
+        commit_at = time.monotonic() + interval_s
+        wait_s = 0.0
+        while active:
+            self._loop_at = time.monotonic()
+            if not connected():
+                raise EpochAbandoned("the Spark task of the worker's epoch is gone")
+            if len(active) > 1:
+                self._shared_input().fetch(wait_s)
+                turn_wait_s = 0.0
+            else:
+                turn_wait_s = MAX_POLL_WAIT_S  # one task: its own poll waits for input
+            busy = False
+            for task_id, runner in list(active.items()):
+                try:
+                    outcome = runner.turn(turn_wait_s, commit_at)
+                except EpochAbandoned as exc:
+                    if not connected():
+                        raise
+                    del active[task_id]
+                    self._log_abandoned(task_id, None, exc)
+                    self._close_task(task_id, reason="another worker takes it")
+                    continue
+                if isinstance(outcome, EpochReply):
+                    replies[task_id] = outcome
+                    del active[task_id]
+                elif outcome.finished:
+                    replies[task_id] = runner.end_epoch()
+                    del active[task_id]
+                else:
+                    busy = busy or outcome.busy
+            now = time.monotonic()
+            if now >= commit_at:
+                commit_at = now + interval_s
+            if busy or not active:
+                wait_s = 0.0
+            else:
+                wait_s = min(
+                    [
+                        max(0.0, commit_at - now),
+                        *(r.next_due_s(MAX_POLL_WAIT_S) for r in active.values()),
+                    ]
+                )
+
+    def _abandon(self, active: dict[str, EpochTaskRunner]) -> None:
+        """Drop what the tasks of a failed or abandoned epoch did not commit."""
+        for runner in active.values():
+            runner.abandon_epoch()
+
+    def _log_abandoned(self, task_id: str, epoch: int | None, exc: BaseException) -> None:
+        get_logger("processor_api.worker_host", task=task_id).info(
+            "epoch_abandoned", epoch=epoch, detail=str(exc)
+        )
+
+    def _empty_epoch(self, request: WorkerEpochRequest) -> WorkerEpochReply:
+        """An epoch that begins after its run was asked to stop: nothing is done, and what
+        Spark keeps for the tasks stays the last commit it knows of."""
+        self._log.debug("epoch_after_stop", epoch=request.epoch)
+        replies = {}
+        for task in request.tasks:
+            runner = self.runners.get(task.task_id)
+            replies[task.task_id] = EpochReply(
+                metadata_json=task.state_json or TaskMetadata().to_json(),
+                processed=0,
+                outputs=0,
+                changelog_records=0,
+                restored=0,
+                commits=0,
+                inits=runner.inits if runner is not None else 0,
+                rebuilt=False,
+            )
+        return WorkerEpochReply(replies)
+
+    # ------------------------------------------------------------ between epochs
+    def between_epochs(self, until: float, stop: Callable[[], bool]) -> None:
+        """Go on processing until ``until`` or until a request comes (see ``EPOCH_GAP_S``)."""
+        runners = dict(self.runners)
+        if not runners:
+            return
+        for runner in runners.values():
+            runner.begin_gap(lambda: stop() or self.stopping.is_set())
+        try:
+            wait_s = 0.0
+            while runners and not stop() and not self.stopping.is_set():
+                now = self._loop_at = time.monotonic()
+                if now >= until:
+                    return
+                if len(runners) > 1:
+                    self._shared_input().fetch(wait_s)
+                busy = False
+                for task_id, runner in list(runners.items()):
+                    try:
+                        busy = (
+                            runner.gap_turn(MAX_POLL_WAIT_S if len(runners) == 1 else 0.0) or busy
+                        )
+                    except BaseException as exc:  # noqa: BLE001 - the next epoch rebuilds it
+                        get_logger("processor_api.worker_host", task=task_id).warning(
+                            "processing_between_epochs_failed", error=f"{type(exc).__name__}: {exc}"
+                        )
+                        runner.drop_uncommitted()
+                        del runners[task_id]
+                wait_s = 0.0 if busy else min(MAX_POLL_WAIT_S, max(0.0, until - now))
+        finally:
+            for runner in runners.values():
+                runner.end_gap()
+
+    def epoch_gap_expired(self) -> None:
+        """No epoch came in time: drop what was done since the last commit."""
+        for runner in self.runners.values():
+            if runner.drop_uncommitted():
+                get_logger("processor_api.worker_host", task=runner.task_id).info(
+                    "uncommitted_work_dropped",
+                    detail=f"no epoch came within {EPOCH_GAP_S:g}s of the last one",
+                )
+
+    # ------------------------------------------------------------------ tasks
+    def _shared_input(self) -> WorkerInput:
+        assert self._input is not None, "no task is open"
+        return self._input
+
+    def _open(self, spec: JobSpec, task_id: str) -> EpochTaskRunner:
+        configure_logging(spec.log_format)
+        if self._topology_run != spec.run_id:
+            self._topology = spec.load_topology()
+            self._topology_run = spec.run_id
+            gc.freeze()  # modules and the topology: out of every later collection
+        if self._input is None:
+            self._input = WorkerInput(
+                spec.bootstrap_servers,
+                f"worker-{os.getpid()}",
+                isolation_level=StreamsConfig.from_dict(
+                    spec.config
+                ).processing_guarantee.isolation_level,
+                kafka=spec.kafka,
+            )
+        directory = task_directory(spec.executor_state_dir, spec.config["application_id"], task_id)
+        lock = self._take_lock(directory, task_id)
+        try:
+            (directory / HOST_FILE).write_text(self.name)
+            runner = EpochTaskRunner(spec, self._topology, task_id, lock, shared_input=self._input)
+        except BaseException:
+            lock.__exit__(None, None, None)
+            raise
+        self.runners[task_id] = runner
+        self._metrics[task_id] = runner.metrics  # kept for the last report after it closes
+        if spec.metrics_interval_s is not None and self._publisher is None:
+            try:
+                self._publisher = MetricsPublisher(spec, lambda: list(self._metrics.values()))
+            except Exception as exc:  # noqa: BLE001 - the tasks run on without metrics
+                get_logger("processor_api.worker_host", task=task_id).warning(
+                    "metrics_publisher_not_started", error=f"{type(exc).__name__}: {exc}"
+                )
+        return runner
+
+    def _take_lock(self, directory: Path, task_id: str) -> TaskLock:
+        """The task directory's lock; a worker elsewhere on this machine is asked to let go."""
+        directory.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(directory.parent, task_id)  # of a `--cleanup` cut short
+        lock = TaskLock(directory, task_id, timeout_s=0.0)
+        try:
+            return lock.__enter__()
+        except StreamsError:
+            pass
+        try:
+            holder = (directory / HOST_FILE).read_text().strip()
+        except OSError:
+            holder = ""
+        if holder and holder != self.name:
+            get_logger("processor_api.worker_host", task=task_id).info(
+                "task_taken_over", previous_host=holder
+            )
+            try:
+                request(holder, ReleaseRequest(task_id), timeout_s=LOCK_TIMEOUT_S)
+            except (OSError, ConnectionError):
+                pass  # it is gone or going; the lock tells
+        return TaskLock(directory, task_id).__enter__()
+
+    def _close_task(self, task_id: str, reason: str) -> None:
+        runner = self.runners.pop(task_id, None)
+        if runner is None:
+            return
+        get_logger("processor_api.worker_host", task=task_id).info(
+            "task_leaves_worker", reason=reason
+        )
+        try:
+            try:
+                (runner.directory / HOST_FILE).unlink(missing_ok=True)
+            finally:
+                runner.close()
+        except Exception as exc:  # noqa: BLE001 - the other tasks go on; the cause is logged
+            get_logger("processor_api.worker_host", task=task_id).warning(
+                "task_close_failed", error=f"{type(exc).__name__}: {exc}"
+            )
+
+    def close(self) -> None:
+        """Close every task and the metrics publisher."""
+        self._close()
+
+    def _close(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        try:
+            for task_id in list(self.runners):
+                self._close_task(task_id, reason="the run ended")
+            if self._input is not None:
+                self._input.close()
+                self._input = None
+        finally:
+            self._spec = None
+            self._metrics = {}
+            if publisher is not None:
+                publisher.close()
+
+
+#: How often a host tells the Spark task of a running epoch that it is there.
+ALIVE_INTERVAL_S = 5.0
+
+
+@contextmanager
+def _signs_of_life(connection: socket.socket, alive_at: Callable[[], float]) -> Iterator[None]:
+    """While the block runs (an epoch), send an :class:`EpochAlive` on ``connection`` every
+    ``ALIVE_INTERVAL_S``, saying how long ago the loop last turned; stopped before the
+    block's end, so the epoch's reply is the only message sent after it."""
+    done = threading.Event()
+
+    def send() -> None:
+        while not done.wait(ALIVE_INTERVAL_S):
+            idle_s = max(0.0, time.monotonic() - alive_at())
+            try:
+                send_message(connection, EpochAlive(loop_idle_s=round(idle_s, 3)))
+            except OSError:
+                return  # the Spark task is gone: the loop sees it as well
+
+    thread = threading.Thread(target=send, name="epoch-alive", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _connected(connection: socket.socket) -> bool:
+    """Whether the peer of ``connection`` is still there (it sends nothing during an epoch,
+    so readable means closed)."""
+    try:
+        data = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return data != b""
+
+
+def _error_reply(exc: BaseException) -> ErrorReply:
+    return ErrorReply(type(exc).__name__, str(exc), traceback.format_exc())
+
+
+def _error_reply_for(message: Any) -> ErrorReply:
+    """The reply to a message this host does not serve (a client of another version)."""
+    return ErrorReply("StreamsError", f"a worker host serves no {type(message).__name__}", "")
+
+
+def _watch(daemon_pid: int) -> None:
+    """Exit when the pyspark daemon that started this host is gone."""
+    while True:
+        time.sleep(WATCH_INTERVAL_S)
+        try:
+            os.kill(daemon_pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass
+
+
+#: A host that gets no request for this long closes its tasks and exits: Spark runs the
+#: worker elsewhere now, or the run ended without closing its hosts (a killed driver). Epochs
+#: (60 s by default) come far more often; a task that does come back after this reopens its
+#: stores from the local checkpoint.
+IDLE_RELEASE_S = 300.0
+
+#: How long a host goes on processing after an epoch while the next one has not come
+#: (Spark's planning between epochs takes about a second); what it did then is committed by
+#: the next epoch, or dropped when none comes.
+EPOCH_GAP_S = 15.0
+
+
+class _Wake:
+    """Queued by the acceptor so that the main thread looks at the released tasks."""
+
+
+def _accept(server: socket.socket, host: WorkerHost, requests: queue.Queue) -> None:
+    """The acceptor thread: reads each connection's request; an :class:`EndEpochRequest`
+    and a :class:`ReleaseRequest` are answered here (the main thread may be inside an
+    epoch); the others are queued."""
+    while True:
+        try:
+            connection, _ = server.accept()
+        except OSError:
+            return  # the server socket closed: the host is stopping
+        connection.settimeout(None)
+        try:
+            message = receive_message(connection)
+        except (OSError, ConnectionError):
+            connection.close()
+            continue
+        if message is None:
+            connection.close()
+            continue
+        if isinstance(message, EndEpochRequest | ReleaseRequest):
+            if isinstance(message, EndEpochRequest):
+                host.ended_run = message.run_id
+            else:
+                host.release_requested(message.task_id)
+                requests.put((_Wake(), None))
+            with connection:
+                try:
+                    send_message(connection, OkReply())
+                except OSError:
+                    pass
+            continue
+        if isinstance(message, CloseRequest):
+            # Stop listening before closing the tasks: a worker that connects meanwhile is
+            # refused and starts a new host (which waits for the tasks' locks), instead of
+            # queueing behind this host and losing its connection when the host exits.
+            host.stopping.set()
+            server.close()
+            requests.put((message, connection))
+            return
+        requests.put((message, connection))
+
+
+def serve(name: str, daemon_pid: int) -> None:
+    """Bind ``name`` and serve requests until told to close (see the module docs)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind("\0" + name)
+    except OSError:
+        return  # another host of this worker already serves the name
+    server.listen(8)
+    get_logger("processor_api.worker_host").debug("task_host_listening", host=name)
+    threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
+    host = WorkerHost(name)
+    requests: queue.Queue = queue.Queue()
+    acceptor = threading.Thread(target=_accept, args=(server, host, requests), daemon=True)
+    acceptor.start()
+    gap_until: float | None = None
+    last_request = time.monotonic()
+    while True:
+        if gap_until is not None and requests.empty():
+            host.between_epochs(gap_until, lambda: not requests.empty())
+            if requests.empty():
+                host.epoch_gap_expired()
+            gap_until = None
+        idle_left = IDLE_RELEASE_S - (time.monotonic() - last_request)
+        if idle_left <= 0:
+            _release_idle(server, acceptor, host, requests, time.monotonic() - last_request)
+            return
+        try:
+            # a timeout of 0 would make get() non-blocking; 1 ms keeps it a wait
+            message, connection = requests.get(timeout=max(idle_left, 0.001))
+        except queue.Empty:
+            continue
+        if isinstance(message, _Wake):
+            host.apply_releases()
+            continue
+        reply: Any
+        with connection:
+            if isinstance(message, WorkerEpochRequest):
+                reply, gap_until = host.epoch(message, connection)
+                exit_after = False
+            elif isinstance(message, CloseRequest):
+                reply, exit_after = host.handle(message), True
+            else:
+                reply, exit_after = _error_reply_for(message), False
+            if reply is not None:
+                try:
+                    send_message(connection, reply)
+                except OSError:
+                    gap_until = None  # the Spark task is gone: Spark re-runs the epoch
+        if exit_after:
+            server.close()
+            return
+        host.apply_releases()
+        last_request = time.monotonic()
+
+
+def _release_idle(
+    server: socket.socket,
+    acceptor: threading.Thread,
+    host: WorkerHost,
+    requests: queue.Queue,
+    idle_s: float,
+) -> None:
+    """Let the tasks go after ``IDLE_RELEASE_S`` without a request: they run elsewhere now
+    (on another executor) or their run ended without closing the hosts. Requests that reached
+    the host meanwhile are dropped unread, so their workers send them to a new host."""
+    host.stopping.set()
+    try:
+        server.shutdown(socket.SHUT_RDWR)  # wakes the acceptor's accept(); close() alone would not
+    except OSError:
+        pass
+    server.close()
+    acceptor.join(WATCH_INTERVAL_S * 4)
+    while True:
+        try:
+            _, connection = requests.get_nowait()
+        except queue.Empty:
+            break
+        if connection is not None:
+            connection.close()
+    get_logger("processor_api.worker_host").info(
+        "task_released_idle", idle_s=round(idle_s, 1), host=host.name, tasks=sorted(host.runners)
+    )
+    host.close()
+
+
+def main(argv: list[str]) -> None:
+    name, daemon_pid, log_format = argv
+    configure_logging(log_format)
+    serve(name, int(daemon_pid))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

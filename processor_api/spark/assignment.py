@@ -1,0 +1,95 @@
+"""Which worker runs which task: Kafka Streams' sticky, balanced task assignment.
+
+A run has W workers (``num.stream.threads`` per executor, by default one per core), each one
+Spark task slot held for the epoch and one host process running its tasks in one poll loop
+(``runtime/worker_host.py``). The driver spreads the tasks over them:
+
+* **balanced**: every worker gets ``floor(n/W)`` or ``ceil(n/W)`` tasks, and the stateful
+  tasks (those with stores, whose moves cost a restore) are spread evenly on their own,
+  placed before the stateless ones;
+* **sticky**: a task stays on the worker that ran it in the last run of the same checkpoint
+  (recorded in :data:`ASSIGNMENT_FILE`) as long as that worker exists and keeps its share, so
+  only the tasks that must move do when the worker count changes.
+
+Spark keeps a worker's Spark task on the executor whose state store it used (its preferred
+location), so a task stays on its executor's local state too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+ASSIGNMENT_FILE = "processor_api_assignment.json"
+
+#: A worker's tasks, by worker id.
+Assignment = dict[str, tuple[str, ...]]
+
+
+def worker_ids(count: int) -> list[str]:
+    """The ids of ``count`` workers: ``w0``, ``w1``, ..."""
+    return [f"w{index}" for index in range(count)]
+
+
+def assign_tasks(
+    task_ids: Sequence[str],
+    workers: Sequence[str],
+    stateful: Collection[str],
+    previous: dict[str, str] | None = None,
+) -> Assignment:
+    """Spread ``task_ids`` over ``workers`` (see the module docs); ``previous`` maps a task
+    to the worker it had."""
+    if not workers:
+        raise ValueError("no workers to assign tasks to")
+    previous = previous or {}
+    capacity = math.ceil(len(task_ids) / len(workers))
+    stateful_ids = [t for t in task_ids if t in stateful]
+    stateless_ids = [t for t in task_ids if t not in stateful]
+    stateful_capacity = math.ceil(len(stateful_ids) / len(workers)) if stateful_ids else 0
+    tasks_of: dict[str, list[str]] = {w: [] for w in workers}
+    stateful_of: dict[str, int] = dict.fromkeys(workers, 0)
+    unplaced: list[str] = []
+    for task_id in [*stateful_ids, *stateless_ids]:  # stateful first: they stay where they were
+        worker = previous.get(task_id)
+        is_stateful = task_id in stateful
+        if (
+            worker in tasks_of
+            and len(tasks_of[worker]) < capacity
+            and (not is_stateful or stateful_of[worker] < stateful_capacity)
+        ):
+            tasks_of[worker].append(task_id)
+            stateful_of[worker] += is_stateful
+        else:
+            unplaced.append(task_id)
+    order = {w: index for index, w in enumerate(workers)}
+    for task_id in unplaced:  # already stateful first
+        if task_id in stateful:
+            worker = min(workers, key=lambda w: (stateful_of[w], len(tasks_of[w]), order[w]))
+        else:
+            worker = min(workers, key=lambda w: (len(tasks_of[w]), order[w]))
+        tasks_of[worker].append(task_id)
+        stateful_of[worker] += task_id in stateful
+    position = {t: index for index, t in enumerate(task_ids)}
+    return {w: tuple(sorted(tasks_of[w], key=position.__getitem__)) for w in workers}
+
+
+def load_or_assign(
+    checkpoint_dir: str | Path,
+    task_ids: Sequence[str],
+    workers: Sequence[str],
+    stateful: Collection[str],
+) -> Assignment:
+    """The run's assignment, sticky to the one recorded in the checkpoint, recorded there."""
+    path = Path(checkpoint_dir) / ASSIGNMENT_FILE
+    previous: dict[str, str] = {}
+    if path.exists():
+        recorded = json.loads(path.read_text()).get("workers", {})
+        previous = {task: worker for worker, tasks in recorded.items() for task in tasks}
+    assignment = assign_tasks(task_ids, workers, stateful, previous)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps({"workers": {w: list(t) for w, t in assignment.items()}}, indent=1) + "\n"
+    )
+    return assignment
