@@ -6,7 +6,7 @@ Library code logs through :func:`get_logger`; it never prints. The CLI calls
 The level is kept in one mutable place and checked by the first processor, so loggers bound
 before :func:`configure_logging` (module-level ones) follow the level set later. It is also
 exported as ``PROCESSOR_API_LOG_LEVEL`` so that processes started from this one (Spark's Python
-workers, task hosts) log at the same level: :func:`configure_logging` without a level reads it.
+workers, worker hosts) log at the same level: :func:`configure_logging` without a level reads it.
 
 Every event gets its log time (ISO 8601, UTC) under ``timestamp``, unless the caller passed a
 ``timestamp`` field of its own (a record's timestamp, say): that one is kept as given and the

@@ -148,7 +148,7 @@ def test_a_module_mark_counts(pytester: pytest.Pytester, fakes: Path, monkeypatc
         ([sys.executable, "-mprocessor_api.cli"], "python -m processor_api.cli"),
         ([Path("/usr/local/bin/run-topology"), "m:f"], "run-topology m:f"),
         ([sys.executable, "-m", "processor_api.broker_cli", "broker"], "processor-api (python"),
-        ([sys.executable, "-m", "processor_api.runtime.task_host"], None),
+        ([sys.executable, "-m", "processor_api.runtime.worker_host"], None),
         ([sys.executable, "-c", "import pyspark"], None),
         (["javac"], None),
     ],

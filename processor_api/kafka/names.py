@@ -19,5 +19,5 @@ def transactional_id(application_id: str, task_id: str) -> str:
 
 
 def metrics_topic(application_id: str) -> str:
-    """The topic the task hosts send their metrics reports to (``run-topology --metrics-port``)."""
+    """The topic the worker hosts send their metrics reports to (``run-topology --metrics-port``)."""
     return f"{application_id}-metrics"

@@ -1,6 +1,6 @@
 """A live task on an executor, knowing nothing of Spark.
 
-The task host process (``task_host``) and the client that reaches it (``host_client``), the
+The worker host process (``worker_host``) and the client that reaches it (``host_client``), the
 task's life (``task_runner``: rebuild, process, close) and its poll loop in an epoch
 (``epoch_runner``: poll, process, punctuate, commit), its input (``continuous_input``,
 ``input_records``), the processing guarantees (``guarantee``), delivery failures, global

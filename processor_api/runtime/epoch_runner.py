@@ -1,6 +1,6 @@
 """One task in long-running epochs: Kafka Streams' poll loop inside a Spark epoch.
 
-An :class:`EpochTaskRunner` lives in the task's host process (``task_host.py``); with what
+An :class:`EpochTaskRunner` lives in the task's host process (``worker_host.py``); with what
 it inherits from :class:`~processor_api.runtime.task_runner.TaskRunner` it keeps what Kafka
 Streams' stream thread keeps for a task: processors after one ``init()``, open stores, a
 producer and a consumer of its partitions (:class:`ContinuousInput`). An epoch is::

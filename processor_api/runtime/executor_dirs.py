@@ -44,7 +44,7 @@ def executor_state_dir(state_dir: str, per_executor: bool) -> str:
 
 def state_dirs_here(state_dir: str | os.PathLike[str], per_executor: bool) -> list[Path]:
     """Every state directory of executors on this machine (the driver's view: to ask their
-    task hosts to stop, or to wipe them)."""
+    worker hosts to stop, or to wipe them)."""
     root = Path(state_dir)
     if not per_executor:
         return [root]

@@ -1,7 +1,7 @@
-"""The global stores of one task host, kept current from their topics (Kafka Streams'
+"""The global stores of one worker host, kept current from their topics (Kafka Streams'
 ``GlobalStreamThread`` and ``GlobalStateManagerImpl``, run inside the task's poll loop).
 
-Each task host keeps its own copy of every global store under ``<task dir>/global`` (why, and
+Each worker host keeps its own copy of every global store under ``<task dir>/global`` (why, and
 what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
 global topic from the position the copy holds up to its current end (partition EOF: the high
 watermark, or the last stable offset under ``read_committed``), all partitions in one
@@ -102,7 +102,7 @@ class GlobalStores:
         isolation_level: str,
         role: str,
     ) -> GlobalStores:
-        """The global stores of a task host of run ``spec``, opened and caught up (restored)."""
+        """The global stores of a worker host of run ``spec``, opened and caught up (restored)."""
         stores = cls(
             topology,
             directory,

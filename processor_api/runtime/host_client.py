@@ -115,6 +115,7 @@ def connect_or_start(key: Path, log_format: str) -> socket.socket:
             "-m",
             "processor_api.runtime.worker_host",
             name,
+            str(key),
             str(daemon_pid),
             log_format,
         ],

@@ -32,7 +32,7 @@ class JobSpec:
     #: consumer group's offsets when the run started); then ``reset_policies`` per topic.
     start_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     reset_policies: dict[str, str] = field(default_factory=dict)
-    #: How often each task host sends its metrics to the run's metrics topic (seconds);
+    #: How often each worker host sends its metrics to the run's metrics topic (seconds);
     #: None: no metrics (``run-topology`` without ``--metrics-port``).
     metrics_interval_s: float | None = None
     #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/``

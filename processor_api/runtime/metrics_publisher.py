@@ -1,4 +1,4 @@
-"""Sends a task host's metrics to the driver, through the run's metrics topic.
+"""Sends a worker host's metrics to the driver, through the run's metrics topic.
 
 Why a topic: the driver cannot reach a host on another machine (hosts listen on local Unix
 sockets), but every host and the driver reach the broker. Each host sends one

@@ -1,6 +1,6 @@
 """One task for as long as it lives on this executor: what its epochs share.
 
-A :class:`TaskRunner` lives in the task's host process (``task_host.py``) and keeps, across
+A :class:`TaskRunner` lives in the task's host process (``worker_host.py``) and keeps, across
 epochs, what Kafka Streams' stream thread keeps for a task: the processors (``init`` ran
 once), the open stores, the producer and the guarantee. This class builds the task and tears
 it down; :class:`~processor_api.runtime.epoch_runner.EpochTaskRunner` runs its poll loop and

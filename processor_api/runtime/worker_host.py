@@ -7,7 +7,8 @@ their commits at the same times. Everything Kafka Streams keeps per task stays p
 task's ``EpochTaskRunner``: stream time, punctuation, ``max.task.idle.ms``, handlers, its
 producer and commit markers, restore, snapshots, metrics). Started by the first Spark Python
 worker that runs the worker's epoch (``host_client.connect_or_start``) as
-``python -m processor_api.runtime.worker_host NAME DAEMON_PID LOG_FORMAT``. It
+``python -m processor_api.runtime.worker_host NAME WORKER_KEY DAEMON_PID LOG_FORMAT`` (the
+key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
 
 * binds the abstract socket ``NAME`` (a second host for the same name exits at once);
 * serves one request per connection (``protocol.py``): a ``WorkerEpochRequest`` keeps its
@@ -620,7 +621,7 @@ def _release_idle(
 
 
 def main(argv: list[str]) -> None:
-    name, daemon_pid, log_format = argv
+    name, _key, daemon_pid, log_format = argv
     configure_logging(log_format)
     serve(name, int(daemon_pid))
 

@@ -2,7 +2,7 @@
 
 :class:`MetricsFeed` is a thread on the driver that
 
-* reads the run's metrics topic (``runtime/metrics_publisher.py``: every task host, on any
+* reads the run's metrics topic (``runtime/metrics_publisher.py``: every worker host, on any
   machine, sends a report there every second) and keeps the newest report of each task and
   of each host process;
 * every ``LAG_INTERVAL_S`` looks up the consumer group's committed offsets and the input
@@ -202,12 +202,12 @@ class RunCollector(Collector):
         yield consumer_lag
         memory = GaugeMetricFamily(
             "processor_api_host_resident_memory_bytes",
-            "Resident memory of a task host process",
+            "Resident memory of a worker host process",
             labels=["host", "pid"],
         )
         cpu = CounterMetricFamily(
             "processor_api_host_cpu_seconds",
-            "CPU time (user + system) of a task host process",
+            "CPU time (user + system) of a worker host process",
             labels=["host", "pid"],
         )
         for host in hosts:

@@ -96,7 +96,7 @@ class TopologyRunner:
         self._progress = Progress(
             partial(end_offsets, settings.bootstrap_servers, kafka=self.kafka, timeout_s=5.0)
         )
-        self._run_id = uuid.uuid4().hex  # one per run: task hosts keep their tasks across passes
+        self._run_id = uuid.uuid4().hex  # one per run: worker hosts keep their tasks across passes
         self._stop_requested = threading.Event()
         self._warned_slots = False
         #: Epochs of a fixed length, with seconds between triggers in which a stop is safe
@@ -541,7 +541,7 @@ class TopologyRunner:
     def _graceful_stop(self) -> None:
         """End the running epochs, then stop the query between two batches when possible.
 
-        Every task host is told to end its epoch (each task commits what it processed and
+        Every worker host is told to end its epoch (each task commits what it processed and
         answers); the batch in flight is allowed to complete (bounded by ``STOP_GRACE_S``) and
         the query is stopped once no trigger is active (bounded and available-now epochs:
         after the batch in flight). Work a task did after its last commit in an epoch
@@ -635,7 +635,7 @@ class RunMetrics:
             self.feed.close()
 
 
-#: How often every task host sends its metrics report (seconds).
+#: How often every worker host sends its metrics report (seconds).
 METRICS_INTERVAL_S = 1.0
 #: The metrics topic keeps reports ten minutes (in one-minute segments, so that the broker
 #: can delete them): the driver reads only new ones. 100 tasks send about 0.6 MB/s.

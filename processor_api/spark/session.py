@@ -72,7 +72,7 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
 
 
 #: JVM options of the driver (the executors too with ``local[...]``: one JVM). The JVM no
-#: longer sees a record (tasks read their own input in task hosts): it plans offset ranges,
+#: longer sees a record (tasks read their own input in worker hosts): it plans offset ranges,
 #: keeps a few rows of GroupState and schedules Spark tasks, so start-up matters more than
 #: peak JIT code: C1 only (``TieredStopAtLevel=1``) compiles quickly, and the serial collector
 #: starts no GC worker threads on a small machine. The heap starts at 32 MB and gives memory

@@ -2,7 +2,7 @@
 
 Layout: ``<directory>/.checkpoint`` (Kafka Streams' ``OffsetCheckpoint`` format: global topic,
 partition, next offset to read) and ``<directory>/rocksdb/<store>`` for persistent global
-stores. On Spark the directory is ``<task dir>/global`` (each task host keeps its own copy;
+stores. On Spark the directory is ``<task dir>/global`` (each worker host keeps its own copy;
 see ARCHITECTURE.md), in the test driver a temporary one.
 
 The checkpoint covers what the persistent stores hold durably (RocksDB runs without a

@@ -91,7 +91,7 @@ def open_location(uri: str, options: Mapping[str, Any] | None = None) -> tuple[A
     """
     # imported when a task first uses its snapshot location (its first snapshot, one interval
     # after it started, or a restore from one), not with the module: pyarrow and numpy take
-    # ~40 MiB of resident memory in every task host that imports them
+    # ~40 MiB of resident memory in every worker host that imports them
     import pyarrow.fs as pafs
 
     parsed = urlparse(uri)

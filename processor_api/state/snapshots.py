@@ -177,7 +177,7 @@ class SnapshotUploader:
             upload.on_done(manifest)
 
 
-#: This process's uploader (the task hosts of one executor share it).
+#: This process's uploader (the worker hosts of one executor share it).
 UPLOADER = SnapshotUploader()
 
 

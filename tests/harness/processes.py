@@ -62,8 +62,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def _task_host_argvs() -> list[tuple[int, list[str]]]:
-    """``(pid, argv)`` of every task host process (``python -m ...task_host NAME TASK_DIR
-    DAEMON_PID LOG_FORMAT``)."""
+    """``(pid, argv)`` of every worker host process (``python -m ...worker_host NAME
+    WORKER_KEY DAEMON_PID LOG_FORMAT``)."""
     hosts = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -73,7 +73,7 @@ def _task_host_argvs() -> list[tuple[int, list[str]]]:
                 argv = handle.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "processor_api.runtime.task_host" in argv and len(argv) >= 7:
+        if "processor_api.runtime.worker_host" in argv and len(argv) >= 7:
             hosts.append((int(entry), argv))
     return hosts
 
@@ -83,7 +83,7 @@ def _task_hosts_of(daemons: set[int]) -> list[int]:
 
     A host runs in its own session and outlives the worker that started it, so once that
     worker exited it is no descendant of the CLI any more; it stops by itself only when it
-    sees its daemon gone (within ``task_host.WATCH_INTERVAL_S``), time enough to finish and
+    sees its daemon gone (within ``worker_host.WATCH_INTERVAL_S``), time enough to finish and
     commit the work a crash should have cut off.
     """
     hosts = []
@@ -96,7 +96,7 @@ def _task_hosts_of(daemons: set[int]) -> list[int]:
 
 def task_host_workers(application_id: str) -> list[int]:
     """The pyspark worker processes of the daemons whose task hosts serve
-    ``application_id`` (its task directories are ``<state>/<application_id>/<task>``)."""
+    ``application_id`` (their worker keys are ``<state>/<application_id>/.worker-<id>``)."""
     daemons = set()
     for _, argv in _task_host_argvs():
         if f"/{application_id}/" in argv[-4] + "/":

@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from processor_api.runtime.epoch_runner import EpochControl
+from processor_api.runtime.host_client import worker_key
 from processor_api.runtime.job import JobSpec
-from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.protocol import (
+    EpochEnd,
+    EpochReply,
+    EpochRequest,
+    TaskEpoch,
+    WorkerEpochReply,
+    WorkerEpochRequest,
+)
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import task_directory
 from processor_api.topology import Topology
@@ -85,3 +93,22 @@ def epoch_request(epoch: int, end: EpochEnd) -> EpochRequest:
         task_ids=(TASK,),
     )
     return EpochRequest(spec, TASK, None, epoch, end)
+
+
+def one_task_epoch(
+    spec: JobSpec, state_json: str | None, epoch: int, end: EpochEnd, task_id: str = TASK
+) -> WorkerEpochRequest:
+    """A worker's epoch request for one task (worker ``w0``)."""
+    return WorkerEpochRequest(spec, "w0", (TaskEpoch(task_id, state_json),), epoch, end)
+
+
+def the_reply(reply: Any, task_id: str = TASK) -> EpochReply:
+    """The task's reply in a worker's reply (asserting there is one)."""
+    assert isinstance(reply, WorkerEpochReply), f"the host answered {reply!r}"
+    assert task_id in reply.replies, f"no reply for task {task_id}: {reply!r}"
+    return reply.replies[task_id]
+
+
+def worker_of(spec: JobSpec) -> Path:
+    """The key of worker ``w0`` of ``spec``'s application (its host's socket name)."""
+    return worker_key(spec.state_dir, spec.config["application_id"], "w0")

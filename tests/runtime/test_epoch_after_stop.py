@@ -5,7 +5,7 @@ With a JVM source Spark plans the next epoch within milliseconds of the previous
 so the driver's stop (end the running epochs, wait for the batch, stop the query) can meet an
 epoch that had just begun. Before, the host ran that epoch like any other: it processed what
 had arrived since the stop, and the query's stop then cancelled the call, so that work was
-dropped and the task rebuilt by the next run. A real task host, a real broker, no Spark.
+dropped and the task rebuilt by the next run. A real worker host, a real broker, no Spark.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import pytest
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime.host_client import HOST_FILE, close_hosts, exchange, request
 from processor_api.runtime.job import JobSpec
-from processor_api.runtime.protocol import EndEpochRequest, EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.protocol import EndEpochRequest, EpochEnd, EpochReply
 from processor_api.state.manager import task_directory
+from tests.harness.task_runs import one_task_epoch, the_reply, worker_of
 from tests.harness.topics import TopicReader, produce, uid
 
 pytestmark = pytest.mark.integration
@@ -49,14 +50,8 @@ class _Epoch:
     """One epoch call in a thread, as a Spark task makes it."""
 
     def __init__(self, spec: JobSpec, state_json: str | None, epoch: int) -> None:
-        self.request = EpochRequest(
-            spec=spec,
-            task_id="0_0",
-            state_json=state_json,
-            epoch=epoch,
-            end=EpochEnd(duration_s=EPOCH_S),
-        )
-        self.directory = task_directory(spec.state_dir, spec.config["application_id"], "0_0")
+        self.request = one_task_epoch(spec, state_json, epoch, EpochEnd(duration_s=EPOCH_S))
+        self.directory = worker_of(spec)
         self.outcome: list[Any] = []
         self._thread = threading.Thread(target=self._call, daemon=True)
         self._thread.start()
@@ -73,8 +68,7 @@ class _Epoch:
         self._thread.join(within_s)
         assert not self._thread.is_alive(), f"epoch {self.request.epoch} still runs"
         (reply,) = self.outcome
-        assert isinstance(reply, EpochReply), reply
-        return reply
+        return the_reply(reply)
 
 
 def _ask_to_stop(spec: JobSpec) -> None:

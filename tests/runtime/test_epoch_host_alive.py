@@ -20,7 +20,7 @@ import pytest
 from processor_api import Processor, ProcessorContext, Record, Serdes, Topology
 from processor_api.errors import TaskTimeoutError
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.runtime import task_host
+from processor_api.runtime import worker_host
 from processor_api.runtime.host_client import (
     close_hosts,
     exchange,
@@ -29,10 +29,9 @@ from processor_api.runtime.host_client import (
     socket_name,
 )
 from processor_api.runtime.job import JobSpec
-from processor_api.runtime.protocol import EpochAlive, EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.protocol import EpochAlive, EpochEnd, EpochReply
 from processor_api.spark.epoch_function import ANSWER_GRACE_S, loop_patience_s
-from processor_api.state.manager import task_directory
-from tests.harness.task_runs import epoch_request
+from tests.harness.task_runs import epoch_request, one_task_epoch, worker_of
 from tests.harness.topics import produce, uid
 
 WAIT_S = 10.0
@@ -94,7 +93,9 @@ def test_a_loop_standing_still_too_long_fails_the_call_naming_the_host(tmp_path:
     thread = _fake_host(tmp_path, [EpochAlive(0.1), EpochAlive(7.5), REPLY])
     with pytest.raises(
         TaskTimeoutError,
-        match=re.escape(f"the task host for {tmp_path} is stuck in EpochRequest: ")
+        match=re.escape(
+            f"the host of worker {tmp_path.name} ({tmp_path.parent}) is stuck in EpochRequest: "
+        )
         + r"its loop has not turned for 8s \(more than 5s\)",
     ):
         exchange(
@@ -108,12 +109,12 @@ def test_a_loop_standing_still_too_long_fails_the_call_naming_the_host(tmp_path:
 
 
 def test_the_host_sends_signs_of_life_only_while_the_epoch_runs(monkeypatch) -> None:
-    monkeypatch.setattr(task_host, "ALIVE_INTERVAL_S", 0.02)
+    monkeypatch.setattr(worker_host, "ALIVE_INTERVAL_S", 0.02)
     host_side, spark_side = socket.socketpair()
     with host_side, spark_side:
         spark_side.settimeout(WAIT_S)
         last_turn = [0.0]
-        with task_host._signs_of_life(host_side, lambda: last_turn[0]):
+        with worker_host._signs_of_life(host_side, lambda: last_turn[0]):
             first = receive_message(spark_side)
             second = receive_message(spark_side)
         assert isinstance(first, EpochAlive) and isinstance(second, EpochAlive)
@@ -171,14 +172,8 @@ def test_an_available_now_epoch_stuck_in_a_processor_fails_within_the_bound(
         flush_timeout_s=10,
         reset_policies={source: "earliest"},
     )
-    request = EpochRequest(
-        spec=spec,
-        task_id="0_0",
-        state_json=None,
-        epoch=1,
-        end=EpochEnd(end_offsets={(source, 0): 1}),
-    )
-    directory = task_directory(spec.state_dir, app, "0_0")
+    request = one_task_epoch(spec, None, 1, EpochEnd(end_offsets={(source, 0): 1}))
+    directory = worker_of(spec)
     outcome: list[BaseException | Any] = []
 
     def call() -> None:
@@ -199,11 +194,11 @@ def test_an_available_now_epoch_stuck_in_a_processor_fails_within_the_bound(
     caller.start()
     try:
         # the host speaks every ALIVE_INTERVAL_S; the call must end soon after the bound
-        caller.join(task_host.ALIVE_INTERVAL_S * 2 + 30)
+        caller.join(worker_host.ALIVE_INTERVAL_S * 2 + 30)
         assert not caller.is_alive(), "the call still waits for a host stuck in a processor"
         assert len(outcome) == 1 and isinstance(outcome[0], TaskTimeoutError), outcome
         assert "its loop has not turned" in str(outcome[0])
-        assert str(directory) in str(outcome[0])
+        assert "worker w0" in str(outcome[0]) and str(directory.parent) in str(outcome[0])
     finally:
         release.touch()
         close_hosts(spec.state_dir, app, ["0_0"])

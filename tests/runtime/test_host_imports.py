@@ -22,7 +22,7 @@ def _modules_after_import(module: str) -> set[str]:
 
 
 def test_starting_a_task_host_imports_neither_pyarrow_nor_numpy() -> None:
-    loaded = _modules_after_import("processor_api.runtime.task_host")
+    loaded = _modules_after_import("processor_api.runtime.worker_host")
     assert "processor_api.state.snapshots" in loaded  # the snapshot code itself is there
     assert not {"pyarrow", "pyarrow.fs", "numpy", "pandas"} & loaded
 

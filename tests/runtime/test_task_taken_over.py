@@ -1,7 +1,7 @@
-"""Two task hosts on one machine and one state directory: the second asks the first to let the
-task go (a ``ReleaseRequest``), the first closes it and exits, the second takes the lock and
-goes on from the first one's commit, as when Spark moves a task between executors that share a
-state directory."""
+"""Two worker hosts on one machine and one state directory: the second asks the first to let
+the task go (a ``ReleaseRequest``), the first closes it (and serves on), the second takes the
+lock and goes on from the first one's commit, as when the task moves between workers, or Spark
+moves a worker between executors that share a state directory."""
 
 from __future__ import annotations
 
@@ -14,11 +14,18 @@ from pathlib import Path
 import pytest
 
 from processor_api.kafka.names import commit_marker_topic
-from processor_api.runtime import task_host
+from processor_api.runtime import worker_host
 from processor_api.runtime.host_client import HOST_FILE, request
 from processor_api.runtime.job import JobSpec
-from processor_api.runtime.protocol import CloseRequest, EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.protocol import (
+    CloseRequest,
+    EndEpochRequest,
+    EpochEnd,
+    EpochReply,
+    OkReply,
+)
 from processor_api.state.manager import task_directory
+from tests.harness.task_runs import one_task_epoch, the_reply
 from tests.harness.topics import produce, read_topic, uid
 
 pytestmark = pytest.mark.integration
@@ -27,12 +34,10 @@ WAIT_S = 60.0
 ECHO = "tests.integration.topologies_for_tests:build_echo"
 
 
-def _host(name: str, task_dir: Path) -> threading.Thread:
-    """A task host serving ``name`` in a thread of this process (it returns once closed),
+def _host(name: str) -> threading.Thread:
+    """A worker host serving ``name`` in a thread of this process (it returns once closed),
     listening when this returns."""
-    thread = threading.Thread(
-        target=task_host.serve, args=(name, task_dir, os.getpid()), daemon=True
-    )
+    thread = threading.Thread(target=worker_host.serve, args=(name, os.getpid()), daemon=True)
     thread.start()
     deadline = time.monotonic() + WAIT_S
     while f"@{name}" not in Path("/proc/net/unix").read_text():  # its abstract socket
@@ -44,10 +49,8 @@ def _host(name: str, task_dir: Path) -> threading.Thread:
 def _epoch(name: str, spec: JobSpec, state: str | None, epoch: int, end: int) -> EpochReply:
     """One epoch of task ``0_0`` on the host ``name``, up to offset ``end`` of the input."""
     source = spec.topology_kwargs["input_topic"]
-    ask = EpochRequest(spec, "0_0", state, epoch, EpochEnd(end_offsets={(source, 0): end}))
-    reply = request(name, ask, timeout_s=WAIT_S)
-    assert isinstance(reply, EpochReply), f"host {name} answered {reply!r}"
-    return reply
+    ask = one_task_epoch(spec, state, epoch, EpochEnd(end_offsets={(source, 0): end}))
+    return the_reply(request(name, ask, timeout_s=WAIT_S))
 
 
 def test_a_second_host_on_the_same_directory_takes_the_task_over(kafka, tmp_path):
@@ -69,20 +72,22 @@ def test_a_second_host_on_the_same_directory_takes_the_task_over(kafka, tmp_path
     )
     task_dir = task_directory(str(tmp_path), app, "0_0")
     first_name, second_name = f"host-a-{uuid.uuid4().hex}", f"host-b-{uuid.uuid4().hex}"
-    first = _host(first_name, task_dir)
-    second = _host(second_name, task_dir)
+    first = _host(first_name)
+    second = _host(second_name)
     try:
         reply = _epoch(first_name, spec, None, 1, 3)
         assert reply.processed == 3 and reply.commits >= 1, reply
         assert (task_dir / HOST_FILE).read_text() == first_name  # the first host holds it
         taken = _epoch(second_name, spec, reply.metadata_json, 2, 6)
-        first.join(WAIT_S)
-        assert not first.is_alive(), "the first host did not let the task go and exit"
         assert taken.processed == 3 and taken.rebuilt, taken
+        # the first host let the task go and serves on (its other tasks would run on)
+        assert first.is_alive()
+        assert request(first_name, EndEpochRequest(run_id), timeout_s=WAIT_S) == OkReply()
         assert (task_dir / HOST_FILE).read_text() == second_name
         values = [r.value for r in read_topic(kafka.bootstrap_servers, sink)]
         assert values == [f"v{i}".encode() for i in range(6)]
     finally:
         for name in (first_name, second_name):
             request(name, CloseRequest(), timeout_s=WAIT_S)
+        first.join(WAIT_S)
         second.join(WAIT_S)

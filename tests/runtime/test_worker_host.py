@@ -1,4 +1,4 @@
-"""A task host that is closing takes no new requests, and a worker re-sends a dropped one.
+"""A worker host that is closing takes no new requests, and a Spark task re-sends a dropped one.
 
 The race these cover: the driver closes the hosts at the end of a run; a worker of the next
 run connected to a host still closing its task, was queued in its listen backlog, and lost
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from processor_api.errors import StreamsError
-from processor_api.runtime import task_host
+from processor_api.runtime import worker_host
 from processor_api.runtime.host_client import (
     _connect,
     exchange,
@@ -51,7 +51,7 @@ def _epoch_request(epoch: int) -> EpochRequest:
     return epoch_request(epoch, EpochEnd(duration_s=60.0))
 
 
-class _ClosingSlowly(task_host.TaskHost):
+class _ClosingSlowly(worker_host.WorkerHost):
     """A host whose task close waits until the test lets it finish."""
 
     closing = threading.Event()
@@ -72,14 +72,12 @@ def _wait_listening(name: str) -> None:
     raise AssertionError(f"host {name} never listened")
 
 
-def test_a_host_closing_its_task_refuses_new_connections(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(task_host, "TaskHost", _ClosingSlowly)
+def test_a_host_closing_its_tasks_refuses_new_connections(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(worker_host, "WorkerHost", _ClosingSlowly)
     _ClosingSlowly.closing.clear()
     _ClosingSlowly.may_finish.clear()
     name = f"processor-api-test-{uuid.uuid4().hex}"
-    server = threading.Thread(
-        target=task_host.serve, args=(name, tmp_path, os.getpid()), daemon=True
-    )
+    server = threading.Thread(target=worker_host.serve, args=(name, os.getpid()), daemon=True)
     server.start()
     _wait_listening(name)
     replies: list[Any] = []
@@ -145,13 +143,11 @@ def test_a_host_that_never_replies_is_an_error_naming_the_request(tmp_path: Path
     thread.join(WAIT_S)
 
 
-def test_a_host_without_requests_lets_its_task_go(monkeypatch, tmp_path: Path) -> None:
+def test_a_host_without_requests_lets_its_tasks_go(monkeypatch, tmp_path: Path) -> None:
     """A task that Spark runs elsewhere now leaves no host holding it here."""
-    monkeypatch.setattr(task_host, "IDLE_RELEASE_S", 0.5)
+    monkeypatch.setattr(worker_host, "IDLE_RELEASE_S", 0.5)
     name = f"processor-api-test-{uuid.uuid4().hex}"
-    server = threading.Thread(
-        target=task_host.serve, args=(name, tmp_path, os.getpid()), daemon=True
-    )
+    server = threading.Thread(target=worker_host.serve, args=(name, os.getpid()), daemon=True)
     server.start()
     _wait_listening(name)
     # a request resets the clock (one it does not serve: answered with an error naming its
@@ -161,7 +157,7 @@ def test_a_host_without_requests_lets_its_task_go(monkeypatch, tmp_path: Path) -
     assert isinstance(reply, ErrorReply), reply
     with pytest.raises(StreamsError) as raised:
         raise_remote_error(reply)
-    assert str(raised.value) == "a task host serves no NotARequest"
+    assert str(raised.value) == "a worker host serves no NotARequest"
     server.join(WAIT_S)
     assert not server.is_alive(), "the idle host did not exit"
     assert time.monotonic() - asked >= 0.5  # idle from its last request on
