@@ -1,9 +1,10 @@
 """Tasks in long-running epochs (``runtime/epoch_runner.py``): the poll loop inside a Spark
 epoch, commits every ``commit.interval.ms``, outputs as they are made.
 
-On the shared test session (``local[2]``, 2 shuffle partitions): topologies with 2 input
-partitions get a slot per task (continuous epochs); 3 partitions are short of slots (bounded
-epochs, with a warning). ``init()`` once per task across many epochs:
+On the shared test session (``local[2]``): a run has two workers (one per core), each running
+its share of the tasks in one poll loop on one slot, so 2 or 3 input partitions run
+continuous epochs; asking for more workers than slots (``num.stream.threads``) runs bounded
+epochs, with a warning. ``init()`` once per task across many epochs:
 ``test_task_lifetime_spark.py``.
 """
 
@@ -115,8 +116,36 @@ def test_exactly_once_commits_a_transaction_every_commit_interval(kafka, spark, 
     assert result.records == 40
 
 
-def test_too_few_slots_run_bounded_epochs_with_one_warning(kafka, spark, tmp_path):
-    run, topics = _echo_run(kafka, spark, tmp_path, uid(), partitions=3)  # 3 tasks, 2 slots
+def test_more_tasks_than_slots_run_continuously_two_workers_sharing_them(kafka, spark, tmp_path):
+    """3 tasks on 2 slots: two workers, one of them running two tasks in one loop; outputs
+    come while the first epoch still runs (no epoch ends), every task's records once."""
+    run, topics = _echo_run(kafka, spark, tmp_path, uid(), partitions=3)
+    with (
+        capture_logs() as events,
+        run,
+        TopicReader(
+            kafka.bootstrap_servers, topics["output_topic"], bytes.decode, bytes.decode
+        ) as out,
+    ):
+        for wave in range(2):
+            records = [(f"k{i}".encode(), f"w{wave}-{i}".encode(), i % 3) for i in range(30)]
+            produce(kafka.bootstrap_servers, topics["input_topic"], records)
+            out.wait_for(lambda r, n=30 * (wave + 1): len(r) >= n, timeout_s=90, while_alive=run)
+        assert run.runner._progress.result.batches == 0, "an epoch ended: outputs waited for it"
+        result = run.stop()
+    assert not [e for e in events if e.get("event") == "bounded_epochs"]
+    (started,) = [e for e in events if e.get("event") == "query_started"]
+    assert (started["tasks"], started["workers"]) == (3, 2)
+    assert sorted(v for _, v in out.pairs()) == sorted(
+        f"w{wave}-{i}" for wave in range(2) for i in range(30)
+    )
+    assert result.records == 60
+
+
+def test_more_workers_than_slots_run_bounded_epochs_with_one_warning(kafka, spark, tmp_path):
+    run, topics = _echo_run(
+        kafka, spark, tmp_path, uid(), partitions=3, config={"num.stream.threads": "3"}
+    )  # 3 workers of one task each, 2 slots
     with (
         capture_logs() as events,
         run,
@@ -130,7 +159,7 @@ def test_too_few_slots_run_bounded_epochs_with_one_warning(kafka, spark, tmp_pat
             out.wait_for(lambda r, n=30 * (wave + 1): len(r) >= n, timeout_s=90, while_alive=run)
         result = run.stop()
     warnings = [e for e in events if e.get("event") == "bounded_epochs"]
-    assert len(warnings) == 1 and warnings[0]["tasks"] == 3 and warnings[0]["slots"] == 2
+    assert len(warnings) == 1 and warnings[0]["workers"] == 3 and warnings[0]["slots"] == 2
     assert result.batches >= 2  # epochs ended by themselves once caught up
     assert sorted(v for _, v in out.pairs()) == sorted(
         f"w{wave}-{i}" for wave in range(2) for i in range(30)
