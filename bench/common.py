@@ -300,7 +300,9 @@ RUN_MARKER = "BENCH_RUN_MARKER"
 
 def _kind_of(cmdline: bytes) -> str:
     text = cmdline.replace(b"\0", b" ").decode(errors="replace")
-    if "task_host" in text:
+    if "worker_host" in text:
+        return "worker_hosts"
+    if "task_host" in text:  # before workers: one host process per task
         return "task_hosts"
     if "pyspark.daemon" in text or "pyspark.worker" in text:
         return "pyspark_workers"

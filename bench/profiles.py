@@ -60,6 +60,8 @@ def flamegraph(name: str) -> Path | None:
 
 
 def process_kind(cmd: str) -> str:
+    if "worker_host" in cmd:
+        return "worker host"
     if "task_host" in cmd:
         return "task host"
     if "pyspark.daemon" in cmd or "pyspark/daemon" in cmd:

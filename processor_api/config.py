@@ -155,6 +155,11 @@ class StreamsConfig:
     #: Workers per executor (Kafka Streams' ``num.stream.threads``): each runs its share of
     #: the tasks in one poll loop on one Spark task slot; None: one per executor core.
     num_stream_threads: int | None = None
+    #: A worker's RocksDB block cache, shared by all its tasks' stores (bytes).
+    rocksdb_block_cache_bytes: int = 64 * 1024 * 1024
+    #: A worker's budget for all its stores' memtables, charged to the block cache (RocksDB's
+    #: ``WriteBufferManager``, as in Kafka Streams' bounded-memory recipe); None: no budget.
+    rocksdb_write_buffer_manager_bytes: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -219,6 +224,22 @@ class StreamsConfig:
             if threads < 1:
                 raise ConfigError(f"num_stream_threads must be at least 1, got {threads}")
             self.num_stream_threads = threads
+        self.rocksdb_block_cache_bytes = _integer(
+            "rocksdb_block_cache_bytes", self.rocksdb_block_cache_bytes
+        )
+        if self.rocksdb_block_cache_bytes < 1:
+            raise ConfigError(
+                f"rocksdb_block_cache_bytes must be at least 1, got {self.rocksdb_block_cache_bytes}"
+            )
+        if self.rocksdb_write_buffer_manager_bytes is not None:
+            budget = _integer(
+                "rocksdb_write_buffer_manager_bytes", self.rocksdb_write_buffer_manager_bytes
+            )
+            if budget < 1:
+                raise ConfigError(
+                    f"rocksdb_write_buffer_manager_bytes must be at least 1, got {budget}"
+                )
+            self.rocksdb_write_buffer_manager_bytes = budget
         if self.stream_time_idle_advance_ms is not None:
             idle = _milliseconds("stream_time_idle_advance_ms", self.stream_time_idle_advance_ms)
             if idle < 1:

@@ -77,6 +77,7 @@ from processor_api.runtime.protocol import (
 )
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
 from processor_api.state.manager import remove_leftovers, task_directory
+from processor_api.state.rocksdb import RocksDBMemory, configure_memory
 
 WATCH_INTERVAL_S = 0.5
 
@@ -331,12 +332,17 @@ class WorkerHost:
             self._topology_run = spec.run_id
             gc.freeze()  # modules and the topology: out of every later collection
         if self._input is None:
+            config = StreamsConfig.from_dict(spec.config)
+            configure_memory(
+                RocksDBMemory(
+                    block_cache_bytes=config.rocksdb_block_cache_bytes,
+                    write_buffer_bytes=config.rocksdb_write_buffer_manager_bytes,
+                )
+            )
             self._input = WorkerInput(
                 spec.bootstrap_servers,
                 f"worker-{os.getpid()}",
-                isolation_level=StreamsConfig.from_dict(
-                    spec.config
-                ).processing_guarantee.isolation_level,
+                isolation_level=config.processing_guarantee.isolation_level,
                 kafka=spec.kafka,
             )
         directory = task_directory(spec.executor_state_dir, spec.config["application_id"], task_id)

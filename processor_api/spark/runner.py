@@ -194,6 +194,10 @@ class TopologyRunner:
                     self.config.state_snapshot_max_bytes_per_second
                 ),
                 "num_stream_threads": self.config.num_stream_threads,
+                "rocksdb_block_cache_bytes": self.config.rocksdb_block_cache_bytes,
+                "rocksdb_write_buffer_manager_bytes": (
+                    self.config.rocksdb_write_buffer_manager_bytes
+                ),
                 **self.config.extra,
                 # the executors' registry serdes that name no registry use these
                 **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},

@@ -6,6 +6,7 @@ import os
 import shutil
 import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import cast
@@ -20,16 +21,60 @@ _log = get_logger(__name__)
 
 _WRITE_BUFFER_BYTES = 32 * 1024 * 1024
 _MAX_WRITE_BUFFERS = 3
-_BLOCK_CACHE_BYTES = 64 * 1024 * 1024
+#: The default block cache of a process (a worker: every store of its tasks).
+BLOCK_CACHE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RocksDBMemory:
+    """The RocksDB memory of one process (a worker host: all its tasks' stores), as Kafka
+    Streams' bounded-memory ``rocksdb.config.setter`` recipe sets it: one LRU block cache
+    shared by every store, and optionally one write-buffer budget for every store's memtables,
+    charged to that cache (so the cache bounds both)."""
+
+    block_cache_bytes: int = BLOCK_CACHE_BYTES
+    #: The memtables' budget (``WriteBufferManager``); None: each store's own limit only.
+    write_buffer_bytes: int | None = None
+
+
+_memory = RocksDBMemory()
 _shared_block_cache: rocksdict.Cache | None = None
+_write_buffer_manager: rocksdict.WriteBufferManager | None = None
+
+
+def configure_memory(memory: RocksDBMemory) -> None:
+    """Set this process's RocksDB memory before its first store opens (a worker host does it
+    from the run's settings); stores opened later share what it makes."""
+    global _memory, _shared_block_cache, _write_buffer_manager
+    if memory == _memory:
+        return
+    if _shared_block_cache is not None:
+        _log.warning(
+            "rocksdb_memory_not_changed",
+            detail="stores of this process are open already: the first settings stay",
+        )
+        return
+    _memory = memory
 
 
 def _block_cache() -> rocksdict.Cache:
     """One LRU block cache shared by every store of the process (bounded total memory)."""
     global _shared_block_cache
     if _shared_block_cache is None:
-        _shared_block_cache = rocksdict.Cache(_BLOCK_CACHE_BYTES)
+        _shared_block_cache = rocksdict.Cache(_memory.block_cache_bytes)
     return _shared_block_cache
+
+
+def _buffer_manager() -> rocksdict.WriteBufferManager | None:
+    """The process's memtable budget, charged to its block cache (None: not set)."""
+    global _write_buffer_manager
+    if _memory.write_buffer_bytes is None:
+        return None
+    if _write_buffer_manager is None:
+        _write_buffer_manager = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
+            _memory.write_buffer_bytes, False, _block_cache()
+        )
+    return _write_buffer_manager
 
 
 def _options() -> rocksdict.Options:
@@ -54,6 +99,9 @@ def _options() -> rocksdict.Options:
     # filter block (~1.2 MB) not fitting one cache shard.
     table.set_cache_index_and_filter_blocks(False)
     opts.set_block_based_table_factory(table)
+    manager = _buffer_manager()
+    if manager is not None:
+        opts.set_write_buffer_manager(manager)
     return opts
 
 
