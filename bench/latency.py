@@ -73,6 +73,11 @@ EPOCHS_EOS = "processor_api epochs exactly_once_v2"
 BROKER_ALONE = "broker alone"
 #: The probe's ``linger.ms`` (see the module docs).
 PROBE_LINGER_MS = 5
+#: How the probe places input records: the Java client's partitioner by default (each count
+#: task then writes its own output partition); ``BENCH_INPUT_PARTITIONER=consistent_random``
+#: is librdkafka's default, which Python, Go and .NET producers use (every task then writes
+#: every output partition: under exactly_once_v2, transactions overlap on them).
+INPUT_PARTITIONER = os.environ.get("BENCH_INPUT_PARTITIONER", "murmur2_random")
 TRICKLE_RATE = 20
 READY_TIMEOUT_S = 120.0
 
@@ -152,7 +157,7 @@ class _Probe:
             {
                 "bootstrap.servers": bootstrap,
                 "linger.ms": PROBE_LINGER_MS,
-                "partitioner": "murmur2_random",
+                "partitioner": INPUT_PARTITIONER,
                 "queue.buffering.max.messages": 1_000_000,
             }
         )

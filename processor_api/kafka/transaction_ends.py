@@ -99,6 +99,12 @@ def ends_one_at_a_time(
     return one_at_a_time
 
 
+def known_one_at_a_time(bootstrap_servers: str) -> bool:
+    """Whether this process found the broker to be Tansu (asked by a transactional producer
+    before: :func:`ends_one_at_a_time`); False while it has not asked."""
+    return bool(_serialised.get(bootstrap_servers))
+
+
 def lock_path(bootstrap_servers: str) -> Path:
     """The lock file that the processes on this machine share for one broker."""
     digest = hashlib.sha256(bootstrap_servers.encode()).hexdigest()[:16]
@@ -204,6 +210,7 @@ __all__ = [
     "RELEASE_HEADER",
     "ends_one_at_a_time",
     "is_tansu",
+    "known_one_at_a_time",
     "lock_path",
     "one_at_a_time",
     "release_pinned",

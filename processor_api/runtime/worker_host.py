@@ -47,6 +47,7 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.errors import StreamsError
+from processor_api.kafka.transaction_ends import known_one_at_a_time
 from processor_api.logging import configure_logging, get_logger
 from processor_api.runtime.continuous_input import WorkerInput
 from processor_api.runtime.epoch_runner import (
@@ -205,8 +206,12 @@ class WorkerHost:
     ) -> None:
         """Kafka Streams' stream thread loop over the worker's tasks: one fetch for all of
         them, a turn for each, one commit time for all, until every task's epoch ended."""
-        interval_s = next(iter(active.values())).config.commit_interval / 1000 if active else 0
-        commit_at = time.monotonic() + interval_s
+        if not active:
+            return
+        first = next(iter(active.values()))
+        interval_s = first.config.commit_interval / 1000
+        aligned = first.config.exactly_once and known_one_at_a_time(first.spec.bootstrap_servers)
+        commit_at = next_commit_at(time.monotonic(), interval_s, aligned)
         wait_s = 0.0
         while active:
             self._loop_at = time.monotonic()
@@ -238,7 +243,7 @@ class WorkerHost:
                     busy = busy or outcome.busy
             now = time.monotonic()
             if now >= commit_at:
-                commit_at = now + interval_s
+                commit_at = next_commit_at(now, interval_s, aligned)
             if busy or not active:
                 wait_s = 0.0
             else:
@@ -421,6 +426,17 @@ class WorkerHost:
             self._metrics = {}
             if publisher is not None:
                 publisher.close()
+
+
+def next_commit_at(now: float, interval_s: float, aligned: bool) -> float:
+    """When (monotonic) a worker commits next: ``interval_s`` from ``now``, or, ``aligned``,
+    at the next multiple of ``interval_s`` of the wall clock, so that every worker of the
+    machine commits at the same moments. That is for exactly-once on Tansu, whose last stable
+    offset waits while transactions on a partition overlap: transactions that begin and end
+    together are finalised together instead of holding each other back."""
+    if not aligned or interval_s <= 0:
+        return now + interval_s
+    return now + (interval_s - time.time() % interval_s)
 
 
 #: How often a host tells the Spark task of a running epoch that it is there.
