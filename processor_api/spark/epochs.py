@@ -60,11 +60,9 @@ def executors_of(spark: Any) -> int:
 
 
 def slots_of(spark: Any) -> int:
-    """How many of the run's tasks can run at once: Spark's task slots, and the shuffle
-    partitions the tasks are grouped into (tasks sharing one run one after the other)."""
-    parallelism = int(spark.sparkContext.defaultParallelism)
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    return min(parallelism, partitions)
+    """How many of the run's workers can run at once: Spark's task slots. (The shuffle
+    partitions the workers are grouped into are the runner's to set: one per worker.)"""
+    return int(spark.sparkContext.defaultParallelism)
 
 
 def reset_policies(topology: Topology, internal_topics: list[str]) -> dict[str, str]:

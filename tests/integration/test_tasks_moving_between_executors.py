@@ -1,10 +1,11 @@
 """Tasks moving back and forth between two executors with separate state directories.
 
-Three tasks on ``local-cluster[2,1,1024]`` (two executor JVMs, one slot each): a continuous
-run short of slots runs *bounded* epochs (each ends once its task caught up with what its
-partitions held when it began, with a ``bounded_epochs`` warning), so the tasks take turns on
-the two slots and a task often lands on the executor it ran on a few epochs before, whose host
-still holds it with a transactional producer that the other executor has fenced since. With a
+Three tasks on ``local-cluster[2,1,1024]`` (two executor JVMs, one slot each) and three
+workers of one task each (``num.stream.threads=3``): a continuous run with more workers than
+slots runs *bounded* epochs (each ends once its worker's tasks caught up with what their
+partitions held when it began, with a ``bounded_epochs`` warning), so the workers take turns
+on the two slots and a task often lands on the executor it ran on a few epochs before, whose
+host still holds it with a transactional producer that the other executor has fenced since. With a
 state directory per executor (as on separate machines) the host can only learn that from the
 committed state it is handed. The sales come in waves, each once the one before is committed,
 so the tasks commit on both executors in turn. Under ``exactly_once_v2`` the run must neither
@@ -78,6 +79,8 @@ def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
             "spark.locality.wait=0",
             "--spark-conf",
             f"spark.executor.extraJavaOptions={marker}",
+            "--config",
+            "num.stream.threads=3",
         ],
     )
     args[args.index("local[2]")] = "local-cluster[2,1,1024]"
@@ -97,8 +100,8 @@ def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
     finally:
         for app_dir in {d.parent for d in _executor_dirs(marker)}:
             shutil.rmtree(app_dir, ignore_errors=True)
-    # three tasks on two slots: bounded epochs, the tasks taking turns
-    assert [(w["tasks"], w["slots"]) for w in warnings] == [(PARTITIONS, 2)], warnings
+    # three workers on two slots: bounded epochs, the workers taking turns
+    assert [(w["workers"], w["slots"]) for w in warnings] == [(PARTITIONS, 2)], warnings
     # tasks did move: a task rebuilt on an executor it had left (its committed state moved on)
     assert len(logs) == 2, sorted(logs)
     returned = sum(text.count("task_rebuilt") for text in logs.values())
