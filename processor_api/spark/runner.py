@@ -108,6 +108,7 @@ class TopologyRunner:
     # --------------------------------------------------------------- prepare
     def prepare(self) -> TopicPlan:
         """Check the broker, plan and create topics. Errors are clear and fast."""
+        check_checkpoint_mode(self.settings.resolved_checkpoint_dir, self.config)
         kafka = self.kafka
         check_broker(self.settings.bootstrap_servers, kafka=kafka)
         plan = plan_topics(
@@ -226,7 +227,6 @@ class TopologyRunner:
 
         plan = self.plan or self.prepare()
         checkpoint = self.settings.resolved_checkpoint_dir
-        check_checkpoint_mode(checkpoint)
         if self._spark is None:
             self._spark = build_spark_session(
                 self.settings, f"run-topology:{self.config.application_id}", len(plan.task_ids)
