@@ -100,6 +100,7 @@ def open_location(
     # ~40 MiB of resident memory in every task host that imports them
     import pyarrow.fs as pafs
 
+    given = uri  # as the user wrote it, for the errors
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme in _HADOOP_S3_SCHEMES:  # Spark users write S3 paths in Hadoop's connector's terms
@@ -119,7 +120,7 @@ def open_location(
         make = kinds.get(scheme)
         if make is None:
             raise ConfigError(
-                f"{setting} {uri!r}: filesystem options are supported for "
+                f"{setting} {given!r}: filesystem options are supported for "
                 f"{', '.join(sorted(kinds))} URIs, not {scheme!r}"
             )
         try:
@@ -129,14 +130,14 @@ def open_location(
             filesystem = make(**options)
         except (TypeError, ValueError) as exc:
             raise ConfigError(
-                f"state.snapshot.filesystem.options for {uri!r} are not accepted by "
+                f"state.snapshot.filesystem.options for {given!r} are not accepted by "
                 f"{make.__name__}: {exc}"
             ) from exc
         return filesystem, f"{parsed.netloc}{parsed.path}".rstrip("/")
     try:
         filesystem, path = pafs.FileSystem.from_uri(uri)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
-        raise ConfigError(f"{setting} {uri!r} cannot be opened: {_first_line(exc)}") from exc
+        raise ConfigError(f"{setting} {given!r} cannot be opened: {_first_line(exc)}") from exc
     return filesystem, path.rstrip("/")
 
 
