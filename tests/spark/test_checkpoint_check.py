@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError
 from processor_api.spark.resume import check_checkpoint_mode
+from processor_api.spark.runner import TopologyRunner
 from tests.harness.object_store import moto_server, s3_options
-from tests.harness.topics import uid
+from tests.harness.runs import settings_for
+from tests.harness.topics import create_topics_now, uid
 
 BUCKET = "checkpoints"
 
@@ -92,3 +96,35 @@ def test_an_hdfs_checkpoint_that_cannot_be_reached_is_refused_and_no_local_direc
     with pytest.raises(ConfigError, match=r"hdfs://127\.0\.0\.1:9/checkpoint"):
         check_checkpoint_mode("hdfs://127.0.0.1:9/checkpoint")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_options_the_filesystem_refuses_are_an_error_naming_the_checkpoint_as_given() -> None:
+    config = _config({"no_such_option": 1})
+    with pytest.raises(
+        ConfigError,
+        match=r"state.snapshot.filesystem.options for 's3a://checkpoints/app' are not "
+        r"accepted by S3FileSystem",
+    ):
+        check_checkpoint_mode("s3a://checkpoints/app", config)
+
+
+@pytest.mark.integration
+def test_a_refused_checkpoint_stops_the_run_before_it_creates_any_topic(kafka, tmp_path) -> None:
+    bootstrap = kafka.bootstrap_servers
+    app_id = uid("refused")
+    input_topic = f"{app_id}-in"
+    create_topics_now(bootstrap, {input_topic: 2})
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "processor_api_mode").write_text("available-now\n")
+    settings = settings_for(bootstrap, app_id, tmp_path / "state", checkpoint_dir=str(checkpoint))
+    runner = TopologyRunner(
+        "topologies.count_per_key:build_topology",
+        settings,
+        topology_kwargs={"input_topic": input_topic, "output_topic": f"{app_id}-out"},
+    )
+    with pytest.raises(ConfigError, match=r"written by a micro-batch run \(available-now\)"):
+        runner.run()
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    assert sorted(t for t in topics if t.startswith(app_id)) == [input_topic]
+    assert sorted(p.name for p in Path(checkpoint).iterdir()) == ["processor_api_mode"]
