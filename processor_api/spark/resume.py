@@ -6,14 +6,21 @@ The Spark checkpoint adds the epoch source's progress and every task's ``GroupSt
 metadata of its last commit that Spark knows of). A run without its checkpoint therefore
 resumes from Kafka and gives the same results; a checkpoint Spark cannot resume is refused
 at start with what to do, never half-read.
+
+The checkpoint is read with ``pyarrow.fs``, the filesystem layer of the snapshots
+(:func:`processor_api.state.snapshot_files.open_location`), so a checkpoint in an object store
+or on HDFS is checked where it is, and the check runs before the run creates any topic.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
+from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError
+from processor_api.state.snapshot_files import open_location
 
 #: The file in a Spark checkpoint that says which kind of run wrote it.
 MODE_MARKER = "processor_api_mode"
@@ -28,53 +35,129 @@ _FRESH_START = (
 )
 
 
-def check_checkpoint_mode(checkpoint_dir: str) -> None:
+def check_checkpoint_mode(checkpoint_dir: str, config: StreamsConfig | None = None) -> None:
     """Refuse a checkpoint that a run in epochs cannot resume; mark a new one as ours.
 
     Refused: a checkpoint of an earlier version's micro-batch runs (another source and a
     GroupState with a timeout: Spark's state schema differs), one of the Python epoch source
     of earlier versions, and one whose marker names no known mode.
+
+    ``checkpoint_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://``, ``s3a://``,
+    ``gs://``, ``hdfs://``). A remote one is opened with ``state.snapshot.filesystem.options``
+    of ``config`` when the snapshots are on the same kind of filesystem (by default they are
+    inside the checkpoint). A checkpoint that cannot be opened or read is a
+    :class:`ConfigError` naming it: the run cannot tell what it would resume.
     """
-    checkpoint = Path(checkpoint_dir)
-    marker = checkpoint / MODE_MARKER
-    if marker.exists():
-        recorded = marker.read_text().strip()
-        if recorded in MICRO_BATCH_MODES:
+    filesystem, root = open_location(
+        checkpoint_dir, _filesystem_options(checkpoint_dir, config), setting="--checkpoint-dir"
+    )
+    checkpoint = _Checkpoint(checkpoint_dir, filesystem, root)
+    try:
+        recorded = checkpoint.read_text(MODE_MARKER)
+        if recorded is not None:
+            _check_recorded_mode(checkpoint, recorded.strip())
+            return
+        if checkpoint.exists("offsets"):
             raise ConfigError(
-                f"the Spark checkpoint {checkpoint} was written by a micro-batch run "
-                f"({recorded}) of an earlier version; the micro-batch runtime was removed and "
-                f"a run in epochs cannot resume it (Spark's state schema differs): " + _FRESH_START
+                f"the Spark checkpoint {checkpoint_dir} has no {MODE_MARKER} file: it was "
+                f"written by an earlier version's micro-batch run or is not a processor_api "
+                f"checkpoint, and a run in epochs cannot resume it: " + _FRESH_START
             )
-        if recorded != EPOCHS:
-            raise ConfigError(
-                f"the Spark checkpoint {checkpoint} names an unknown mode {recorded!r} in its "
-                f"{MODE_MARKER} file: is this directory a processor_api checkpoint? If so, "
-                + _FRESH_START
-            )
-        if _written_by_python_epoch_source(checkpoint):
-            raise ConfigError(
-                f"the Spark checkpoint {checkpoint} was written by an earlier version, whose "
-                f"epochs came from a Python source; this version's epochs come from Spark's "
-                f"rate-micro-batch source, which cannot resume it: " + _FRESH_START
-            )
-        return
-    if (checkpoint / "offsets").exists():
+        checkpoint.write_text(MODE_MARKER, EPOCHS + "\n")
+    except OSError as exc:
         raise ConfigError(
-            f"the Spark checkpoint {checkpoint} has no {MODE_MARKER} file: it was written by "
-            f"an earlier version's micro-batch run or is not a processor_api checkpoint, and "
-            f"a run in epochs cannot resume it: " + _FRESH_START
+            f"the Spark checkpoint {checkpoint_dir} cannot be read or marked, so a run cannot "
+            f"tell whether it may resume it: {str(exc).strip().splitlines()[0]}"
+        ) from exc
+
+
+def _check_recorded_mode(checkpoint: _Checkpoint, recorded: str) -> None:
+    if recorded in MICRO_BATCH_MODES:
+        raise ConfigError(
+            f"the Spark checkpoint {checkpoint.name} was written by a micro-batch run "
+            f"({recorded}) of an earlier version; the micro-batch runtime was removed and "
+            f"a run in epochs cannot resume it (Spark's state schema differs): " + _FRESH_START
         )
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    marker.write_text(EPOCHS + "\n")
+    if recorded != EPOCHS:
+        raise ConfigError(
+            f"the Spark checkpoint {checkpoint.name} names an unknown mode {recorded!r} in its "
+            f"{MODE_MARKER} file: is this directory a processor_api checkpoint? If so, "
+            + _FRESH_START
+        )
+    if _written_by_python_epoch_source(checkpoint):
+        raise ConfigError(
+            f"the Spark checkpoint {checkpoint.name} was written by an earlier version, whose "
+            f"epochs came from a Python source; this version's epochs come from Spark's "
+            f"rate-micro-batch source, which cannot resume it: " + _FRESH_START
+        )
 
 
-def _written_by_python_epoch_source(checkpoint: Path) -> bool:
+def _filesystem_options(
+    checkpoint_dir: str, config: StreamsConfig | None
+) -> Mapping[str, Any] | None:
+    if config is None or not config.state_snapshot_filesystem_options:
+        return None
+    snapshots = config.state_snapshot_location or checkpoint_dir
+    if _scheme(snapshots) != _scheme(checkpoint_dir):
+        return None  # options for another kind of filesystem
+    return config.state_snapshot_filesystem_options
+
+
+def _scheme(uri: str) -> str:
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    return "s3" if scheme in ("s3a", "s3n") else scheme
+
+
+class _Checkpoint:
+    """The few reads and writes of the check, on the checkpoint's ``pyarrow.fs`` filesystem."""
+
+    def __init__(self, name: str, filesystem: Any, root: str) -> None:
+        self.name = name
+        self.fs = filesystem
+        self.root = root.rstrip("/")
+
+    def _path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def exists(self, relative: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(self._path(relative)).type != pafs.FileType.NotFound)
+
+    def read_text(self, relative: str) -> str | None:
+        """The file's text, or None if there is no such file."""
+        import pyarrow.fs as pafs
+
+        if self.fs.get_file_info(self._path(relative)).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(self._path(relative)) as stream:
+            return str(stream.read().decode("utf-8"))
+
+    def write_text(self, relative: str, text: str) -> None:
+        self.fs.create_dir(self.root, recursive=True)
+        with self.fs.open_output_stream(self._path(relative)) as stream:
+            stream.write(text.encode("utf-8"))
+
+    def batches(self, relative: str) -> list[int]:
+        """The numbered files of a directory of Spark's checkpoint, in order."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self._path(relative), allow_not_found=True)
+        return sorted(
+            int(info.base_name)
+            for info in self.fs.get_file_info(selector)
+            if info.type == pafs.FileType.File and info.base_name.isdigit()
+        )
+
+
+def _written_by_python_epoch_source(checkpoint: _Checkpoint) -> bool:
     """Whether the checkpoint's newest offsets are the old Python epoch source's
     (``{"epoch": n}``; Spark's rate-micro-batch source writes ``{"offset": .., "timestamp": ..}``)."""
-    batches = _batches(checkpoint / "offsets")
+    batches = checkpoint.batches("offsets")
     if not batches:
         return False
-    for line in (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()[2:]:
+    text = checkpoint.read_text(f"offsets/{batches[-1]}") or ""
+    for line in text.splitlines()[2:]:
         try:
             data = json.loads(line)
         except ValueError:
@@ -82,9 +165,3 @@ def _written_by_python_epoch_source(checkpoint: Path) -> bool:
         if isinstance(data, dict) and set(data) == {"epoch"}:
             return True
     return False
-
-
-def _batches(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())

@@ -108,6 +108,7 @@ class TopologyRunner:
     # --------------------------------------------------------------- prepare
     def prepare(self) -> TopicPlan:
         """Check the broker, plan and create topics. Errors are clear and fast."""
+        check_checkpoint_mode(self.settings.resolved_checkpoint_dir, self.config)
         kafka = self.kafka
         check_broker(self.settings.bootstrap_servers, kafka=kafka)
         plan = plan_topics(
@@ -240,7 +241,6 @@ class TopologyRunner:
 
         plan = self.plan or self.prepare()
         checkpoint = self.settings.resolved_checkpoint_dir
-        check_checkpoint_mode(checkpoint)
         threads = self.config.num_stream_threads
         if self._spark is None:
             cores = local_cores(self.settings.master)

@@ -37,6 +37,8 @@ _CHUNK_BYTES = 1024 * 1024  # what one copy step holds in memory
 DEFAULT_PRUNE_GRACE_S = 600.0
 #: How often a long download reports how far it got.
 PROGRESS_EVERY_S = 10.0
+#: The URI schemes of Hadoop's S3 connectors: the same bucket and key as ``s3://``.
+_HADOOP_S3_SCHEMES = ("s3a", "s3n")
 
 
 @dataclass(frozen=True)
@@ -81,21 +83,30 @@ class SnapshotManifest:
         return cls(**body, files=files)
 
 
-def open_location(uri: str, options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
-    """``(filesystem, root path)`` for a snapshot location.
+def open_location(
+    uri: str, options: Mapping[str, Any] | None = None, *, setting: str = "state.snapshot.location"
+) -> tuple[Any, str]:
+    """``(filesystem, root path)`` for a snapshot location (or another directory of a run).
 
     ``uri``: a local path, or any URI ``pyarrow.fs`` knows (``file://``, ``s3://``, ``gs://``,
-    ``hdfs://``). ``options`` are the filesystem's own constructor arguments (for S3:
-    ``endpoint_override``, ``region``, ``access_key``, ``secret_key``, ...); without them the
-    filesystem is made from the URI as ``pyarrow.fs.FileSystem.from_uri`` does.
+    ``hdfs://``); Hadoop's names for S3 (``s3a://``, ``s3n://``) are read as ``s3://``.
+    ``options`` are the filesystem's own constructor arguments (for S3: ``endpoint_override``,
+    ``region``, ``access_key``, ``secret_key``, ...); without them the filesystem is made from
+    the URI as ``pyarrow.fs.FileSystem.from_uri`` does. ``setting`` names where ``uri`` came
+    from, in the errors.
     """
     # imported when a task first uses its snapshot location (its first snapshot, one interval
     # after it started, or a restore from one), not with the module: pyarrow and numpy take
     # ~40 MiB of resident memory in every worker host that imports them
     import pyarrow.fs as pafs
 
+    given = uri  # as the user wrote it, for the errors
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
+    if scheme in _HADOOP_S3_SCHEMES:  # Spark users write S3 paths in Hadoop's connector's terms
+        uri = "s3" + uri[len(scheme) :]
+        parsed = urlparse(uri)
+        scheme = "s3"
     if scheme in ("", "file") or len(scheme) == 1:  # a path (or a Windows drive letter)
         path = parsed.path if scheme == "file" else uri
         return pafs.LocalFileSystem(), os.path.abspath(path)
@@ -109,7 +120,7 @@ def open_location(uri: str, options: Mapping[str, Any] | None = None) -> tuple[A
         make = kinds.get(scheme)
         if make is None:
             raise ConfigError(
-                f"state.snapshot.location {uri!r}: filesystem options are supported for "
+                f"{setting} {given!r}: filesystem options are supported for "
                 f"{', '.join(sorted(kinds))} URIs, not {scheme!r}"
             )
         try:
@@ -119,14 +130,14 @@ def open_location(uri: str, options: Mapping[str, Any] | None = None) -> tuple[A
             filesystem = make(**options)
         except (TypeError, ValueError) as exc:
             raise ConfigError(
-                f"state.snapshot.filesystem.options for {uri!r} are not accepted by "
+                f"state.snapshot.filesystem.options for {given!r} are not accepted by "
                 f"{make.__name__}: {exc}"
             ) from exc
         return filesystem, f"{parsed.netloc}{parsed.path}".rstrip("/")
     try:
         filesystem, path = pafs.FileSystem.from_uri(uri)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
-        raise ConfigError(f"state.snapshot.location {uri!r} cannot be opened: {exc}") from exc
+        raise ConfigError(f"{setting} {given!r} cannot be opened: {_first_line(exc)}") from exc
     return filesystem, path.rstrip("/")
 
 
@@ -362,6 +373,11 @@ def _sha256(path: Path) -> str:
         while chunk := source.read(_CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first line: pyarrow's HDFS errors list every path it tried to load a JVM from."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _token() -> str:

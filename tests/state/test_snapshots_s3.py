@@ -4,11 +4,7 @@ reached through ``pyarrow.fs.S3FileSystem`` with an endpoint override."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +16,7 @@ from processor_api.config import StreamsConfig
 from processor_api.state.manager import TaskStores
 from processor_api.state.snapshot_files import StoreSnapshotDir, open_location
 from processor_api.state.snapshots import TaskSnapshots, settings_from_config
+from tests.harness.object_store import moto_server, s3_options
 from tests.state.test_snapshots import (
     Changelog,
     _idle,
@@ -31,48 +28,10 @@ from tests.state.test_snapshots import (
 BUCKET = "snapshots"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    port = _free_port()
-    server = Path(sys.executable).with_name("moto_server")
-    process = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "MOTO_CALL_RESET_API": "false"},
-    )
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    _, err = process.communicate(timeout=5)
-                    pytest.fail(f"moto_server did not listen on {port}: {err.decode()[-2000:]}")
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _options(endpoint: str) -> dict[str, object]:
-    return {
-        "endpoint_override": endpoint,
-        "access_key": "testing",
-        "secret_key": "testing",
-        "region": "us-east-1",
-        "scheme": "http",
-        "allow_bucket_creation": True,
-    }
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 def test_snapshots_round_trip_through_an_s3_server(tmp_path, s3_endpoint):
@@ -82,7 +41,7 @@ def test_snapshots_round_trip_through_an_s3_server(tmp_path, s3_endpoint):
             "state.snapshot.interval.ms": 0,
             "state.snapshot.retained": 1,
             # as --config gives it: JSON text
-            "state.snapshot.filesystem.options": json.dumps(_options(s3_endpoint)),
+            "state.snapshot.filesystem.options": json.dumps(s3_options(s3_endpoint)),
         }
     )
     settings = settings_from_config(config)
@@ -143,7 +102,7 @@ def test_an_object_store_that_never_answers_means_a_replay_not_a_hang(tmp_path):
             StreamsConfig.from_dict(
                 {
                     "state.snapshot.location": f"s3://{BUCKET}/app-silent",
-                    "state.snapshot.filesystem.options": json.dumps(_options(endpoint)),
+                    "state.snapshot.filesystem.options": json.dumps(s3_options(endpoint)),
                 }
             )
         )

@@ -1,0 +1,110 @@
+"""Warm restore from snapshots, their cost, executor loss and spread."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from bench.reports.shared import (
+    Targets,
+    read_result,
+)
+
+
+def snapshots_section(targets: Targets) -> list[str]:
+    """Warm restore from snapshots, their cost, executor loss and spread (issue 22's targets)."""
+    out = ["## Snapshots and executor loss", ""]
+    warm = read_result("warm-restore")
+    if warm:
+        out += [
+            f"Ready after losing local state (`{warm['command']}`; medians of "
+            f"{warm['sizes'][0]['summary']['full replay']['seconds']['n']} alternating runs):",
+            "",
+            "| keys | snapshot | snapshot + tail (s) | full replay (s) | tail records |",
+            "|---|---|---|---|---|",
+        ]
+        for size in warm["sizes"]:
+            warm_s = size["summary"]["snapshot + tail"]["seconds"]["median"]
+            cold_s = size["summary"]["full replay"]["seconds"]["median"]
+            out.append(
+                f"| {size['entries']:,} | {size['snapshot_bytes'] / 1e6:.1f} MB | {warm_s:.3f} | "
+                f"{cold_s:.3f} | {size['tail']:,} |"
+            )
+            targets.append(
+                {
+                    "target": f"restore of {size['entries']:,} keys from a snapshot <= 3 s",
+                    "measured": f"{warm_s:.3f} s",
+                    "met": warm_s <= 3.0,
+                }
+            )
+        out.append("")
+    cost = read_result("snapshot-cost")
+    if cost:
+        out += [
+            f"Snapshot cost (`{cost['command']}`): {cost['median_records_per_s_with']:,} records/s "
+            f"with snapshots every {cost['interval_ms']} ms against "
+            f"{cost['median_records_per_s_without']:,} without "
+            f"({cost['cost_fraction']:.1%}).",
+            "",
+        ]
+        targets.append(
+            {
+                "target": "snapshots cost <= 5% of steady-state throughput",
+                "measured": f"{cost['cost_fraction']:.1%}",
+                "met": cost["cost_fraction"] <= 0.05,
+            }
+        )
+    loss = read_result("executor-loss")
+    if loss:
+        first = loss["first_outputs_after_kill_s"]
+        out += [
+            f"Executor killed on `{loss['master']}` (`{loss['command']}`): outputs on every "
+            f"partition {first['median']} s after the kill (median of {first['n']}; "
+            f"{first['min']}-{first['max']} s), exact in every run: {loss['all_exact']}.",
+            "",
+        ]
+        targets.append(
+            {
+                "target": "first output of a moved task <= 15 s after an executor kill",
+                "measured": f"{first['median']} s",
+                "met": first["median"] <= 15,
+            }
+        )
+    spread = read_result("executor-spread")
+    if spread:
+        out += [f"Tasks per executor after a loss (`{spread['command']}`):", ""]
+        by_contender: dict[str, list[dict[str, Any]]] = {}
+        for run in spread["runs"]:
+            by_contender.setdefault(run["contender"], []).append(run)
+            out.append(
+                f"- {run['contender']}: before {run['before_kill']}, replacement at "
+                f"{run['replacement_registered_s']} s, final {run['final_tasks_per_executor']}, "
+                + (
+                    "never spread again in the time observed"
+                    if run["spread_from_s"] is None
+                    else f"spread from {run['spread_from_s']} s"
+                )
+            )
+        out.append("")
+        for contender, runs in by_contender.items():
+            after = [
+                r["spread_from_s"] - (r["replacement_registered_s"] or 0.0)
+                for r in runs
+                if r["spread_from_s"] is not None
+            ]
+            median = statistics.median(after) if after else None
+            spread_ok = len(after) == len(runs) and median is not None and median <= 120
+            master = runs[0].get("master", spread.get("master", ""))
+            targets.append(
+                {
+                    "target": "tasks spread over the executors within 2 minutes of a "
+                    f"replacement (`{master}`, {contender})",
+                    "measured": (
+                        f"{len(after)} of {len(runs)} runs spread"
+                        + (f", median {median:.1f} s after" if median is not None else "")
+                    ),
+                    "met": spread_ok,
+                }
+            )
+        out.append("")
+    return out
