@@ -4,7 +4,8 @@
         --bootstrap-servers 127.0.0.1:9092 --application-id sales --state-dir ./state
 
 Exit status: 0 when the run ended normally (``--available-now`` finished, or SIGTERM/Ctrl-C),
-1 when the run failed, 2 for bad arguments or setup (module, broker, topics, config keys).
+1 when the run failed, 2 for bad arguments or setup (module, the topology function raising,
+broker, topics, config keys).
 
 A failure prints its cause on one line (``run-topology: failed: ...``, the last one) and writes
 everything known about it (Python and JVM stack traces) to
@@ -28,6 +29,7 @@ from processor_api.errors import (
     MissingTopicError,
     StreamsError,
     TopologyError,
+    TopologyLoadError,
 )
 from processor_api.logging import LEVELS, configure_logging, get_logger
 
@@ -202,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, log)
     except SETUP_ERRORS as exc:
         report("setup_failed", error=str(exc), error_type=type(exc).__name__)
+        if isinstance(exc, TopologyLoadError):  # the user's code raised: keep its traceback
+            _write_report(args, exc, None)
         print(f"run-topology: error: {exc}", file=sys.stderr)
         return 2
     except StreamsError as exc:

@@ -1,0 +1,60 @@
+"""``run-topology`` stops before anything starts, exit 2, when the topology's module or
+function fails.
+
+``main()`` runs in this process (the command's own code path and exit status); the broker
+address given is never reached, and no Spark starts."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from processor_api.cli import main
+from processor_api.testing.embedded import free_port
+
+MODULE = "tests.ops.setup_error_topologies"
+
+
+@pytest.fixture(autouse=True)
+def _keep_logging(monkeypatch):
+    """main() would point structlog at pytest's captured stderr, closed after the test."""
+    monkeypatch.setattr("processor_api.cli.configure_logging", lambda *args, **kwargs: None)
+
+
+def _run(capsys, tmp_path, topology: str, *extra: str) -> tuple[int, list[str]]:
+    nowhere = f"127.0.0.1:{free_port()}"  # nothing listens there
+    status = main([topology, "--bootstrap-servers", nowhere, "--state-dir", str(tmp_path), *extra])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("run-topology: ")]
+    assert lines, err[-3000:]
+    assert nowhere not in err, "the broker was contacted before the refusal"
+    return status, lines
+
+
+def test_a_topology_function_that_raises_exits_2_naming_the_error_and_where(capsys, tmp_path):
+    status, lines = _run(capsys, tmp_path, f"{MODULE}:build_raising")
+    assert status == 2, lines
+    assert lines[-1].startswith(
+        f"run-topology: error: {MODULE}:build_raising raised RuntimeError: "
+        "the products file is empty while building the topology (at "
+    ), lines
+    assert re.search(r"setup_error_topologies\.py:\d+ in _read_products\)$", lines[-1]), lines
+    # the user's traceback is kept in the error report named on the line before
+    (report,) = re.findall(r"full error report \(stack traces\): (\S+)$", lines[-2])
+    with open(report, encoding="utf-8") as file:
+        text = file.read()
+    assert "in build_raising" in text and "in _read_products" in text
+
+
+def test_a_module_that_raises_on_import_exits_2(capsys, tmp_path, monkeypatch):
+    (tmp_path / "broken_topology_module.py").write_text("1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "broken_topology_module", raising=False)
+    status, lines = _run(capsys, tmp_path, "broken_topology_module:build")
+    assert status == 2, lines
+    assert lines[-1].startswith(
+        "run-topology: error: importing module 'broken_topology_module' of "
+        "'broken_topology_module:build' raised ZeroDivisionError: division by zero (at "
+    ), lines
