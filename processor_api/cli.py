@@ -296,8 +296,10 @@ def _refuse_removed_flags(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace, log: Any) -> int:
+    from processor_api.config import StreamsConfig
     from processor_api.loader import load_topology
     from processor_api.runtime.executor_dirs import state_dirs_here
+    from processor_api.schemas.in_process import refuse_in_process_registries
     from processor_api.spark.runner import RunSettings, TopologyRunner
     from processor_api.state.locks import ApplicationLock
     from processor_api.state.manager import wipe_application_state
@@ -305,6 +307,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     config, kafka_config = _check_arguments(args)
     topology_kwargs = dict(args.topology_arg)
     topology = load_topology(args.topology, topology_kwargs)  # fail fast on a bad path
+    refuse_in_process_registries(topology, StreamsConfig.from_dict(config).schema_registry)
     application_id = _application_id(args)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be 0-65535, got {args.metrics_port}")

@@ -1,5 +1,5 @@
 """``run-topology`` stops before anything starts, exit 2, when the topology's module or
-function fails.
+function fails, or when a ``mock://`` schema registry would serve a run on Spark.
 
 ``main()`` runs in this process (the command's own code path and exit status); the broker
 address given is never reached, and no Spark starts."""
@@ -58,3 +58,66 @@ def test_a_module_that_raises_on_import_exits_2(capsys, tmp_path, monkeypatch):
         "run-topology: error: importing module 'broken_topology_module' of "
         "'broken_topology_module:build' raised ZeroDivisionError: division by zero (at "
     ), lines
+
+
+def test_a_mock_registry_in_the_run_config_is_refused_on_spark(capsys, tmp_path):
+    url = "mock://setup-errors-config"
+    status, lines = _run(
+        capsys, tmp_path, f"{MODULE}:build_avro", "--config", f"schema.registry.url={url}"
+    )
+    assert status == 2, lines
+    line = lines[-1]
+    assert line.startswith("run-topology: error: a mock:// schema registry cannot serve"), line
+    assert "lives inside one process" in line and "http(s)://" in line  # why, and instead
+    assert line.endswith(f"Found: --config schema.registry.url={url}"), line
+
+
+def test_a_mock_registry_named_by_a_serde_is_refused_on_spark(capsys, tmp_path):
+    url = "mock://setup-errors-serde"
+    status, lines = _run(
+        capsys,
+        tmp_path,
+        f"{MODULE}:build_avro",
+        "--topology-arg",
+        f"registry={url}",
+        "--config",
+        "schema.registry.url=http://127.0.0.1:1",
+    )
+    assert status == 2, lines
+    assert lines[-1].endswith(
+        f"Found: the value serde of sink 'out' (topic visits-copy): registry={url}"
+    ), lines
+
+
+def test_every_place_a_serde_can_name_a_mock_registry_is_found():
+    from processor_api import Processor, Serdes, Stores, Topology
+    from processor_api.schemas.in_process import in_process_registries
+    from tests.ops.setup_error_topologies import VISIT
+
+    class Keep(Processor):
+        def process(self, record):
+            pass
+
+    mock = Serdes.avro(VISIT, registry="mock://everywhere")
+    plain = Serdes.string()
+    store = Stores.key_value_store_builder(Stores.in_memory_key_value_store("s"), plain, mock)
+    table = Stores.key_value_store_builder(
+        Stores.in_memory_key_value_store("g"), mock, plain
+    ).with_logging_disabled()
+    topology = (
+        Topology()
+        .add_source("in", "a", key_serde=mock, value_serde=plain)
+        .add_processor("p", Keep, "in")
+        .add_state_store(store, "p")
+        .add_global_store(table, "g-in", "g-topic", "g-p", Keep, plain, mock)
+    )
+    assert in_process_registries(topology, {"url": "http://registry:8081"}) == [
+        "the key serde of source 'in' (topics a): registry=mock://everywhere",
+        "the value serde of store 's': registry=mock://everywhere",
+        "the value serde of the source of global store 'g' (topic g-topic): "
+        "registry=mock://everywhere",
+        "the key serde of global store 'g' (topic g-topic): registry=mock://everywhere",
+    ]
+    assert in_process_registries(topology.__class__(), {"url": "MOCK://x"}) == [
+        "--config schema.registry.url=MOCK://x"
+    ]
