@@ -50,7 +50,8 @@ def _serdes(topology: Any) -> Iterator[tuple[str, Any]]:
 
 def in_process_registries(topology: Any, run_registry: Mapping[str, Any]) -> list[str]:
     """Where ``topology`` and the run's ``schema.registry.*`` settings name a ``mock://``
-    registry: one line each, e.g. ``the value serde of sink 'out' (topic visits): mock://x``."""
+    registry, one entry each, e.g.
+    ``the value serde of sink 'out' (topic visits): registry=mock://x``."""
     found = []
     if is_in_process(run_registry.get("url")):
         found.append(f"--config schema.registry.url={run_registry['url']}")

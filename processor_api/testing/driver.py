@@ -13,10 +13,10 @@ Like Kafka Streams' driver it processes each piped record to completion (includi
 that cross sub-topologies through repartition topics), checks stream-time punctuation after
 each record, commits (flushes the stores' caches) after each record, and fires wall-clock
 punctuation only when :meth:`TopologyTestDriver.advance_wall_clock_time` is called. The commit
-does not write RocksDB's memtables to disk (:mod:`processor_api.testing.stores`). Every input counts as caught
-up (nothing more on a broker), so with ``max.task.idle.ms`` > 0 a task with several inputs holds
-a record back while another input is empty, until that input gets a record or the mocked wall
-clock passes the idle deadline. What a logged store writes
+does not write RocksDB's memtables to disk (:mod:`processor_api.testing.stores`). Every input
+counts as caught up (nothing more on a broker), so with ``max.task.idle.ms`` > 0 a task with
+several inputs holds a record back while another input is empty, until that input gets a
+record or the mocked wall clock passes the idle deadline. What a logged store writes
 goes to its changelog topic ``<application id>-<store>-changelog``, readable like any output
 topic (one record per write; with caching, one per key and commit, i.e. per input record).
 
