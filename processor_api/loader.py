@@ -31,8 +31,11 @@ def _arguments_text(kwargs: dict[str, Any]) -> str:
 
 
 def _raised_at(exc: BaseException) -> str:
-    """Where ``exc`` was raised: `` (at FILE:LINE in FUNCTION)``, the innermost frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """Where ``exc`` was raised: `` (at FILE:LINE in FUNCTION)``, the innermost frame of a
+    source file (not of the import machinery); for a syntax error, its file and line."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" (at {exc.filename}:{exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
     if not frames:
         return ""
     frame = frames[-1]

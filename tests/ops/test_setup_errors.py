@@ -48,16 +48,25 @@ def test_a_topology_function_that_raises_exits_2_naming_the_error_and_where(caps
     assert "in build_raising" in text and "in _read_products" in text
 
 
-def test_a_module_that_raises_on_import_exits_2(capsys, tmp_path, monkeypatch):
-    (tmp_path / "broken_topology_module.py").write_text("1 / 0\n")
+@pytest.mark.parametrize(
+    ("source", "raised", "at"),
+    [
+        ("x = 1\n1 / 0\n", "ZeroDivisionError: division by zero", ":2 in <module>)"),
+        ("def build(:\n", "SyntaxError: invalid syntax", ":1)"),
+    ],
+    ids=["raises", "syntax-error"],
+)
+def test_a_module_that_fails_to_import_exits_2(capsys, tmp_path, monkeypatch, source, raised, at):
+    (tmp_path / "broken_topology_module.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "broken_topology_module", raising=False)
     status, lines = _run(capsys, tmp_path, "broken_topology_module:build")
     assert status == 2, lines
     assert lines[-1].startswith(
         "run-topology: error: importing module 'broken_topology_module' of "
-        "'broken_topology_module:build' raised ZeroDivisionError: division by zero (at "
+        f"'broken_topology_module:build' raised {raised}"
     ), lines
+    assert lines[-1].endswith(f"broken_topology_module.py{at}"), lines
 
 
 def test_a_mock_registry_in_the_run_config_is_refused_on_spark(capsys, tmp_path):
