@@ -64,8 +64,8 @@ class TopologyTestDriver:
     Every task is created and its processors' ``init()`` run when the driver is constructed.
     Persistent stores are real RocksDB stores in a temporary state directory, removed by
     :meth:`close`; the commit after each record leaves their writes in RocksDB's memtables
-    instead of writing an SST file each time, and their ``approximate_num_entries()`` counts
-    the entries exactly.
+    instead of writing an SST file each time (``approximate_num_entries()`` flushes them
+    first, so that writes to the same key count once).
     """
 
     __test__ = False  # not a pytest test class
