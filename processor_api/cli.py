@@ -4,7 +4,8 @@
         --bootstrap-servers 127.0.0.1:9092 --application-id sales --state-dir ./state
 
 Exit status: 0 when the run ended normally (``--available-now`` finished, or SIGTERM/Ctrl-C),
-1 when the run failed, 2 for bad arguments or setup (module, broker, topics, config keys).
+1 when the run failed, 2 for bad arguments or setup (module, the topology function raising,
+broker, topics, config keys).
 
 A failure prints its cause on one line (``run-topology: failed: ...``, the last one) and writes
 everything known about it (Python and JVM stack traces) to
@@ -28,6 +29,7 @@ from processor_api.errors import (
     MissingTopicError,
     StreamsError,
     TopologyError,
+    TopologyLoadError,
 )
 from processor_api.logging import LEVELS, configure_logging, get_logger
 
@@ -202,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, log)
     except SETUP_ERRORS as exc:
         report("setup_failed", error=str(exc), error_type=type(exc).__name__)
+        if isinstance(exc, TopologyLoadError):  # the user's code raised: keep its traceback
+            _write_report(args, exc, None)
         print(f"run-topology: error: {exc}", file=sys.stderr)
         return 2
     except StreamsError as exc:
@@ -292,8 +296,10 @@ def _refuse_removed_flags(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace, log: Any) -> int:
+    from processor_api.config import StreamsConfig
     from processor_api.loader import load_topology
     from processor_api.runtime.executor_dirs import state_dirs_here
+    from processor_api.schemas.in_process import refuse_in_process_registries
     from processor_api.spark.runner import RunSettings, TopologyRunner
     from processor_api.state.locks import ApplicationLock
     from processor_api.state.manager import wipe_application_state
@@ -301,6 +307,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     config, kafka_config = _check_arguments(args)
     topology_kwargs = dict(args.topology_arg)
     topology = load_topology(args.topology, topology_kwargs)  # fail fast on a bad path
+    refuse_in_process_registries(topology, StreamsConfig.from_dict(config).schema_registry)
     application_id = _application_id(args)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be 0-65535, got {args.metrics_port}")

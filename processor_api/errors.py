@@ -72,6 +72,14 @@ class ConfigError(StreamsError):
     """A configuration value or command-line argument is invalid."""
 
 
+class TopologyLoadError(ConfigError):
+    """Importing a ``MODULE:FUNCTION`` topology's module, or calling its function, raised.
+
+    A setup error like any ``ConfigError`` (``run-topology`` exits 2); the exception the
+    user's code raised is ``__cause__``.
+    """
+
+
 class BrokerUnavailableError(StreamsError):
     """No Kafka broker answered at the given address, or the embedded broker failed to start."""
 

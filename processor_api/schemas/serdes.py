@@ -55,6 +55,11 @@ class RegistrySerde(Serde):
         self._codecs: dict[int, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def registry(self) -> dict[str, Any] | None:
+        """The serde's own registry (``SchemaRegistryClient`` config), or ``None``: the run's."""
+        return self._registry
+
     def __reduce__(self) -> tuple:
         # a run ships a Topology object to its executors pickled: without the lock and the
         # clients (not picklable), which each process makes anew

@@ -11,11 +11,12 @@ sub-topology on partition 0, with a mocked wall clock::
 
 Like Kafka Streams' driver it processes each piped record to completion (including records
 that cross sub-topologies through repartition topics), checks stream-time punctuation after
-each record, commits (flushes stores) after each record, and fires wall-clock punctuation only
-when :meth:`TopologyTestDriver.advance_wall_clock_time` is called. Every input counts as caught
-up (nothing more on a broker), so with ``max.task.idle.ms`` > 0 a task with several inputs holds
-a record back while another input is empty, until that input gets a record or the mocked wall
-clock passes the idle deadline. What a logged store writes
+each record, commits (flushes the stores' caches) after each record, and fires wall-clock
+punctuation only when :meth:`TopologyTestDriver.advance_wall_clock_time` is called. The commit
+does not write RocksDB's memtables to disk (:mod:`processor_api.testing.stores`). Every input
+counts as caught up (nothing more on a broker), so with ``max.task.idle.ms`` > 0 a task with
+several inputs holds a record back while another input is empty, until that input gets a
+record or the mocked wall clock passes the idle deadline. What a logged store writes
 goes to its changelog topic ``<application id>-<store>-changelog``, readable like any output
 topic (one record per write; with caching, one per key and commit, i.e. per input record).
 
@@ -40,12 +41,12 @@ from processor_api.engine.task import Task
 from processor_api.errors import StoreError, StreamsError
 from processor_api.kafka.names import changelog_topic
 from processor_api.serdes import Serde, Serdes
-from processor_api.state.builder import store_factory_in
 from processor_api.state.key_value import KeyValueStore
 from processor_api.state.session import SessionStore
 from processor_api.state.timestamped import TimestampedKeyValueStore
 from processor_api.state.versioned import VersionedKeyValueStore
 from processor_api.state.window import WindowStore
+from processor_api.testing.stores import driver_store_factory
 from processor_api.testing.topics import NoSuchElementError, TestInputTopic, TestOutputTopic, to_ms
 from processor_api.topology import Topology
 
@@ -62,7 +63,9 @@ class TopologyTestDriver:
 
     Every task is created and its processors' ``init()`` run when the driver is constructed.
     Persistent stores are real RocksDB stores in a temporary state directory, removed by
-    :meth:`close`.
+    :meth:`close`; the commit after each record leaves their writes in RocksDB's memtables
+    instead of writing an SST file each time (``approximate_num_entries()`` flushes them
+    first, so that writes to the same key count once).
     """
 
     __test__ = False  # not a pytest test class
@@ -85,26 +88,27 @@ class TopologyTestDriver:
         self._tasks: list[Task] = []
         self._task_by_topic: dict[str, Task] = {}
         self._global: GlobalTask | None = None
+        self._global_topics: frozenset[str] = frozenset()
+        self._changelog_topics: dict[str, str] = {}
         self._closed = False
         try:
             if topology.global_stores():
                 global_dir = self._state_dir / self.config.application_id / "global"
                 self._global = GlobalTask(
                     global_stores=topology.global_stores(),
-                    store_factory=lambda builder, ts: builder.build(
-                        state_dir=global_dir, timestamp_fn=ts
-                    ),
+                    store_factory=driver_store_factory(global_dir),
                     config=self.config,
                     clock=self._clock,
                 )
                 self._global.initialize()
+                self._global_topics = frozenset(self._global.topics)
             for sub in topology.subtopologies():
                 task_dir = self._state_dir / self.config.application_id / sub.task_id(0)
                 task = Task(
                     subtopology=sub,
                     partition=0,
                     store_builders=topology.store_builders,
-                    store_factory=store_factory_in(task_dir),
+                    store_factory=driver_store_factory(task_dir),
                     collector=self._collector,
                     config=self.config,
                     clock=self._clock,
@@ -168,14 +172,15 @@ class TopologyTestDriver:
         headers: tuple[tuple[str, bytes | None], ...],
     ) -> None:
         self._check_open()
-        if self._global is not None and topic in self._global.topics:
+        if topic in self._global_topics:
             self._feed_global(topic, key, value, timestamp, headers)
-            self._complete_work()
-            return
-        task = self._task_by_topic.get(topic)
-        if task is None:
-            raise StreamsError(f"unknown input topic {topic!r}: no source of the topology reads it")
-        self._feed(task, topic, key, value, timestamp, headers)
+        else:
+            task = self._task_by_topic.get(topic)
+            if task is None:
+                raise StreamsError(
+                    f"unknown input topic {topic!r}: no source of the topology reads it"
+                )
+            self._feed(task, topic, key, value, timestamp, headers)
         self._complete_work()
 
     def _feed_global(
@@ -210,21 +215,23 @@ class TopologyTestDriver:
 
     def _complete_work(self) -> None:
         """Route produced records (feeding repartition topics back in), then commit."""
-        while True:
-            produced = self._collector.drain()
-            if not produced:
-                break
-            for record in produced:
-                self._output.setdefault(record.topic, deque()).append(record)
-                if self._global is not None and record.topic in self._global.topics:
+        collector, output = self._collector, self._output
+        while collector.records:
+            for record in collector.drain():
+                topic = record.topic
+                queue = output.get(topic)
+                if queue is None:
+                    queue = output[topic] = deque()
+                queue.append(record)
+                if topic in self._global_topics:
                     self._feed_global(
-                        record.topic, record.key, record.value, record.timestamp, record.headers
+                        topic, record.key, record.value, record.timestamp, record.headers
                     )
-                downstream = self._task_by_topic.get(record.topic)
+                downstream = self._task_by_topic.get(topic)
                 if downstream is not None:
                     self._feed(
                         downstream,
-                        record.topic,
+                        topic,
                         record.key,
                         record.value,
                         record.timestamp,
@@ -233,13 +240,21 @@ class TopologyTestDriver:
         for task in self._tasks:
             for store_name, changes in task.flush().items():
                 # the store's changelog, readable like any output topic (as in Kafka Streams)
-                topic = changelog_topic(self.config.application_id, store_name)
-                self._output.setdefault(topic, deque()).extend(
-                    OutputRecord(topic, c.key, c.value, c.timestamp) for c in changes
-                )
+                topic = self._changelog_topic(store_name)
+                queue = output.get(topic)
+                if queue is None:
+                    queue = output[topic] = deque()
+                queue.extend(OutputRecord(topic, c.key, c.value, c.timestamp) for c in changes)
         # flushing caches may not forward anything in this runtime, but keep the loop honest
-        if self._collector.records:
+        if collector.records:
             self._complete_work()
+
+    def _changelog_topic(self, store_name: str) -> str:
+        topic = self._changelog_topics.get(store_name)
+        if topic is None:
+            topic = changelog_topic(self.config.application_id, store_name)
+            self._changelog_topics[store_name] = topic
+        return topic
 
     def advance_wall_clock_time(self, advance: int | timedelta) -> None:
         """Move the mocked system time forward, fire due WALL_CLOCK_TIME punctuations, and

@@ -351,9 +351,8 @@ def test_a_skipped_record_leaves_the_stores_as_they_were(
         build = StoreBuilder.build
 
         def buffered_build(self, state_dir=None, timestamp_fn=lambda: 0, inner=None):
-            return build(
-                self, state_dir, timestamp_fn, BatchBufferBytesStore(self.supplier.get(state_dir))
-            )
+            raw = inner if inner is not None else self.supplier.get(state_dir)
+            return build(self, state_dir, timestamp_fn, BatchBufferBytesStore(raw))
 
         monkeypatch.setattr(StoreBuilder, "build", buffered_build)
     config = {"processing.exception.handler": "log_and_continue"}

@@ -139,8 +139,8 @@ def buffered(request, monkeypatch):
         build = VersionedKeyValueStoreBuilder.build
 
         def buffered_build(self, state_dir=None, timestamp_fn=lambda: 0, inner=None):
-            inner = BatchBufferBytesStore(self.supplier.get(state_dir))
-            return build(self, state_dir, timestamp_fn, inner)
+            raw = inner if inner is not None else self.supplier.get(state_dir)
+            return build(self, state_dir, timestamp_fn, BatchBufferBytesStore(raw))
 
         monkeypatch.setattr(VersionedKeyValueStoreBuilder, "build", buffered_build)
     return request.param
