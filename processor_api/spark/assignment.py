@@ -22,6 +22,8 @@ import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from processor_api.spark.checkpoint_files import CheckpointFiles, as_checkpoint
+
 ASSIGNMENT_FILE = "processor_api_assignment.json"
 
 #: A worker's tasks, by worker id.
@@ -76,20 +78,21 @@ def assign_tasks(
 
 
 def load_or_assign(
-    checkpoint_dir: str | Path,
+    checkpoint: str | Path | CheckpointFiles,
     task_ids: Sequence[str],
     workers: Sequence[str],
     stateful: Collection[str],
 ) -> Assignment:
     """The run's assignment, sticky to the one recorded in the checkpoint, recorded there."""
-    path = Path(checkpoint_dir) / ASSIGNMENT_FILE
+    files = as_checkpoint(checkpoint)
+    text = files.read_text(ASSIGNMENT_FILE)
     previous: dict[str, str] = {}
-    if path.exists():
-        recorded = json.loads(path.read_text()).get("workers", {})
+    if text is not None:
+        recorded = json.loads(text).get("workers", {})
         previous = {task: worker for worker, tasks in recorded.items() for task in tasks}
     assignment = assign_tasks(task_ids, workers, stateful, previous)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps({"workers": {w: list(t) for w, t in assignment.items()}}, indent=1) + "\n"
+    files.write_text(
+        ASSIGNMENT_FILE,
+        json.dumps({"workers": {w: list(t) for w, t in assignment.items()}}, indent=1) + "\n",
     )
     return assignment

@@ -15,12 +15,10 @@ or on HDFS is checked where it is, and the check runs before the run creates any
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError
-from processor_api.state.snapshot_files import open_location
+from processor_api.spark.checkpoint_files import CheckpointFiles, open_checkpoint
 
 #: The file in a Spark checkpoint that says which kind of run wrote it.
 MODE_MARKER = "processor_api_mode"
@@ -48,10 +46,7 @@ def check_checkpoint_mode(checkpoint_dir: str, config: StreamsConfig | None = No
     inside the checkpoint). A checkpoint that cannot be opened or read is a
     :class:`ConfigError` naming it: the run cannot tell what it would resume.
     """
-    filesystem, root = open_location(
-        checkpoint_dir, _filesystem_options(checkpoint_dir, config), setting="--checkpoint-dir"
-    )
-    checkpoint = _Checkpoint(checkpoint_dir, filesystem, root)
+    checkpoint = open_checkpoint(checkpoint_dir, config)
     try:
         recorded = checkpoint.read_text(MODE_MARKER)
         if recorded is not None:
@@ -71,7 +66,7 @@ def check_checkpoint_mode(checkpoint_dir: str, config: StreamsConfig | None = No
         ) from exc
 
 
-def _check_recorded_mode(checkpoint: _Checkpoint, recorded: str) -> None:
+def _check_recorded_mode(checkpoint: CheckpointFiles, recorded: str) -> None:
     if recorded in MICRO_BATCH_MODES:
         raise ConfigError(
             f"the Spark checkpoint {checkpoint.name} was written by a micro-batch run "
@@ -92,65 +87,7 @@ def _check_recorded_mode(checkpoint: _Checkpoint, recorded: str) -> None:
         )
 
 
-def _filesystem_options(
-    checkpoint_dir: str, config: StreamsConfig | None
-) -> Mapping[str, Any] | None:
-    if config is None or not config.state_snapshot_filesystem_options:
-        return None
-    snapshots = config.state_snapshot_location or checkpoint_dir
-    if _scheme(snapshots) != _scheme(checkpoint_dir):
-        return None  # options for another kind of filesystem
-    return config.state_snapshot_filesystem_options
-
-
-def _scheme(uri: str) -> str:
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return "s3" if scheme in ("s3a", "s3n") else scheme
-
-
-class _Checkpoint:
-    """The few reads and writes of the check, on the checkpoint's ``pyarrow.fs`` filesystem."""
-
-    def __init__(self, name: str, filesystem: Any, root: str) -> None:
-        self.name = name
-        self.fs = filesystem
-        self.root = root.rstrip("/")
-
-    def _path(self, relative: str) -> str:
-        return f"{self.root}/{relative}"
-
-    def exists(self, relative: str) -> bool:
-        import pyarrow.fs as pafs
-
-        return bool(self.fs.get_file_info(self._path(relative)).type != pafs.FileType.NotFound)
-
-    def read_text(self, relative: str) -> str | None:
-        """The file's text, or None if there is no such file."""
-        import pyarrow.fs as pafs
-
-        if self.fs.get_file_info(self._path(relative)).type != pafs.FileType.File:
-            return None
-        with self.fs.open_input_stream(self._path(relative)) as stream:
-            return str(stream.read().decode("utf-8"))
-
-    def write_text(self, relative: str, text: str) -> None:
-        self.fs.create_dir(self.root, recursive=True)
-        with self.fs.open_output_stream(self._path(relative)) as stream:
-            stream.write(text.encode("utf-8"))
-
-    def batches(self, relative: str) -> list[int]:
-        """The numbered files of a directory of Spark's checkpoint, in order."""
-        import pyarrow.fs as pafs
-
-        selector = pafs.FileSelector(self._path(relative), allow_not_found=True)
-        return sorted(
-            int(info.base_name)
-            for info in self.fs.get_file_info(selector)
-            if info.type == pafs.FileType.File and info.base_name.isdigit()
-        )
-
-
-def _written_by_python_epoch_source(checkpoint: _Checkpoint) -> bool:
+def _written_by_python_epoch_source(checkpoint: CheckpointFiles) -> bool:
     """Whether the checkpoint's newest offsets are the old Python epoch source's
     (``{"epoch": n}``; Spark's rate-micro-batch source writes ``{"offset": .., "timestamp": ..}``)."""
     batches = checkpoint.batches("offsets")

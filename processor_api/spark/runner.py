@@ -227,6 +227,7 @@ class TopologyRunner:
 
         from processor_api.runtime.protocol import EpochEnd
         from processor_api.spark.assignment import load_or_assign, worker_ids
+        from processor_api.spark.checkpoint_files import open_checkpoint
         from processor_api.spark.epoch_function import run_epoch
         from processor_api.spark.epochs import (
             epoch_rows,
@@ -257,7 +258,8 @@ class TopologyRunner:
         workers = worker_count(
             len(plan.task_ids), slots if cores is None else cores, executors_of(spark), threads
         )
-        partitions = recorded_partitions(checkpoint) or workers
+        files = open_checkpoint(checkpoint, self.config)
+        partitions = recorded_partitions(files) or workers
         if workers > partitions:
             _log.warning(
                 "workers_capped",
@@ -287,8 +289,8 @@ class TopologyRunner:
             for task_id in plan.task_ids
             if subtopologies[parse_task_id(task_id)[0]].store_names
         }
-        assignment = load_or_assign(checkpoint, plan.task_ids, ids, stateful)
-        group_keys = load_or_plan_group_keys(checkpoint, ids, partitions)
+        assignment = load_or_assign(files, plan.task_ids, ids, stateful)
+        group_keys = load_or_plan_group_keys(files, ids, partitions)
         topic_partitions = [
             (topic, p)
             for topics in (plan.external_sources, plan.internal)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from processor_api.errors import ConfigError
+from processor_api.spark.checkpoint_files import CheckpointFiles, as_checkpoint
 
 TASK_KEYS_FILE = "processor_api_task_keys.json"
 SALT_SEPARATOR = "#"
@@ -92,39 +93,40 @@ def task_id_of(group_key: str) -> str:
     return group_key.split(SALT_SEPARATOR, 1)[0]
 
 
-def recorded_partitions(checkpoint_dir: str | Path) -> int | None:
+def recorded_partitions(checkpoint: str | Path | CheckpointFiles) -> int | None:
     """The shuffle partitions the checkpoint's group keys were planned for (Spark keeps a
     checkpoint's partition count); None for a new checkpoint."""
-    path = Path(checkpoint_dir) / TASK_KEYS_FILE
-    if not path.exists():
+    text = as_checkpoint(checkpoint).read_text(TASK_KEYS_FILE)
+    if text is None:
         return None
-    partitions = json.loads(path.read_text()).get("partitions")
+    partitions = json.loads(text).get("partitions")
     return None if partitions is None else int(partitions)
 
 
 def load_or_plan_group_keys(
-    checkpoint_dir: str | Path, task_ids: Sequence[str], partitions: int
+    checkpoint: str | Path | CheckpointFiles, task_ids: Sequence[str], partitions: int
 ) -> dict[str, str]:
     """The group keys recorded in the checkpoint, or new ones recorded there now.
 
     A checkpoint that already holds Spark offsets but no key file was written before group
     keys existed: its ``GroupState`` is keyed by the bare task ids, which are kept.
     """
-    checkpoint = Path(checkpoint_dir)
-    path = checkpoint / TASK_KEYS_FILE
-    if path.exists():
-        recorded = json.loads(path.read_text())
+    files = as_checkpoint(checkpoint)
+    text = files.read_text(TASK_KEYS_FILE)
+    if text is not None:
+        recorded = json.loads(text)
         keys = dict(recorded.get("keys", {}))
         missing = [task_id for task_id in task_ids if task_id not in keys]
         if missing:  # new input partitions: Spark keeps the checkpoint's partition count
             planned = plan_group_keys(task_ids, int(recorded.get("partitions", partitions)))
             keys.update({task_id: planned[task_id] for task_id in missing})
             recorded["keys"] = keys
-            path.write_text(json.dumps(recorded, indent=1) + "\n")
+            files.write_text(TASK_KEYS_FILE, json.dumps(recorded, indent=1) + "\n")
         return {task_id: keys[task_id] for task_id in task_ids}
-    if (checkpoint / "offsets").exists():
+    if files.exists("offsets"):
         return {task_id: task_id for task_id in task_ids}
     keys = plan_group_keys(task_ids, partitions)
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"partitions": partitions, "keys": keys}, indent=1) + "\n")
+    files.write_text(
+        TASK_KEYS_FILE, json.dumps({"partitions": partitions, "keys": keys}, indent=1) + "\n"
+    )
     return keys

@@ -128,3 +128,32 @@ def test_a_refused_checkpoint_stops_the_run_before_it_creates_any_topic(kafka, t
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
     assert sorted(t for t in topics if t.startswith(app_id)) == [input_topic]
     assert sorted(p.name for p in Path(checkpoint).iterdir()) == ["processor_api_mode"]
+
+
+def test_group_keys_and_the_assignment_are_kept_in_an_object_store_checkpoint(
+    s3, tmp_path, monkeypatch
+) -> None:
+    """The runner's own checkpoint files go where Spark keeps the checkpoint: read back from the
+    bucket on resume, and no local ``s3:`` directory is made (they were written with pathlib)."""
+    from processor_api.spark.assignment import ASSIGNMENT_FILE, load_or_assign
+    from processor_api.spark.checkpoint_files import open_checkpoint
+    from processor_api.spark.task_keys import (
+        TASK_KEYS_FILE,
+        load_or_plan_group_keys,
+        recorded_partitions,
+    )
+
+    filesystem, options = s3
+    prefix = f"{BUCKET}/{uid('keys')}"
+    monkeypatch.chdir(tmp_path)
+    files = open_checkpoint(f"s3://{prefix}", _config(options))
+    assert recorded_partitions(files) is None
+    keys = load_or_plan_group_keys(files, ["w0", "w1"], 2)
+    assignment = load_or_assign(files, ["0_0", "0_1", "0_2"], ["w0", "w1"], {"0_0"})
+    assert json.loads(_read(filesystem, f"{prefix}/{TASK_KEYS_FILE}"))["keys"] == keys
+    recorded = json.loads(_read(filesystem, f"{prefix}/{ASSIGNMENT_FILE}"))["workers"]
+    assert {w: tuple(t) for w, t in recorded.items()} == assignment
+    again = open_checkpoint(f"s3://{prefix}", _config(options))
+    assert recorded_partitions(again) == 2
+    assert load_or_plan_group_keys(again, ["w0", "w1"], 5) == keys
+    assert list(tmp_path.iterdir()) == []
