@@ -1,7 +1,7 @@
-"""The global stores of one worker host, kept current from their topics (Kafka Streams'
+"""The global stores of one task, kept current from their topics (Kafka Streams'
 ``GlobalStreamThread`` and ``GlobalStateManagerImpl``, run inside the task's poll loop).
 
-Each worker host keeps its own copy of every global store under ``<task dir>/global`` (why, and
+Each task keeps its own copy of every global store under ``<task dir>/global`` (why, and
 what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
 global topic from the position the copy holds up to its current end (partition EOF: the high
 watermark, or the last stable offset under ``read_committed``), all partitions in one

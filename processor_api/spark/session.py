@@ -26,7 +26,7 @@ def _python_path() -> str:
     return os.pathsep.join(dict.fromkeys(entries))
 
 
-def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -> Any:
+def build_spark_session(settings: RunSettings, app_name: str, worker_count: int) -> Any:
     """A SparkSession for the run (workers can import the driver's modules).
 
     Quiet unless the log level is debug: Spark's log4j at ERROR from the JVM's start (see
@@ -44,12 +44,12 @@ def build_spark_session(settings: RunSettings, app_name: str, task_count: int) -
         os.environ.setdefault("PYTHONWARNINGS", "ignore")  # inherited by local workers
     from processor_api.spark.epochs import local_master
 
-    master = local_master(settings.master, task_count)  # each task holds a slot for its epoch
+    master = local_master(settings.master, worker_count)  # a worker holds a slot for its epoch
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(max(1, task_count)))
+        .config("spark.sql.shuffle.partitions", str(max(1, worker_count)))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.executorEnv.PYTHONPATH", python_path)
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
