@@ -4,7 +4,8 @@
         --bootstrap-servers 127.0.0.1:9092 --application-id sales --state-dir ./state
 
 Exit status: 0 when the run ended normally (``--available-now`` finished, or SIGTERM/Ctrl-C),
-1 when the run failed, 2 for bad arguments or setup (module, broker, topics, config keys).
+1 when the run failed, 2 for bad arguments or setup (module, broker, topics, config keys, a
+processor's ``init()`` failing the setup check on the driver).
 
 A failure prints its cause on one line (``run-topology: failed: ...``, the last one) and writes
 everything known about it (Python and JVM stack traces) to
