@@ -52,6 +52,9 @@ from processor_api.topology import SubTopology, Topology
 
 _log = get_logger("processor_api.setup_check")
 
+#: Where a setup error was found, after the error's own message.
+FOUND = "found by the setup check on the driver, before the run started"
+
 
 @dataclass(frozen=True)
 class InitFailure:
@@ -193,6 +196,8 @@ class _Check:
         """The global task, then one task per sub-topology (partition 0)."""
         if self.topology.global_stores():
             self.global_task = self._built(GLOBAL_TASK_ID, self._global_task)
+            if self.global_task is None:
+                return  # without its global stores no task processor can be checked
         for sub in self.topology.subtopologies():
             task = self._built(sub.task_id(0), partial(self._task, sub))
             if task is not None:
@@ -226,7 +231,7 @@ class _Check:
         try:
             return build()
         except StreamsError as error:
-            raise SetupCheckError(f"{error} (setup check of task {task_id})") from error
+            raise SetupCheckError(f"{error} -- {FOUND}: task {task_id}") from error
         except Exception as exc:
             self._warn(InitFailure(task_id, None, "supplier", exc))
             return None
@@ -247,8 +252,7 @@ class _Check:
             ):
                 self.setup_errors.append(
                     SetupCheckError(
-                        f"{error} -- found by the setup check on the driver, before the run "
-                        f"started: init() of processor {processor!r}, task {task_id}"
+                        f"{error} -- {FOUND}: init() of processor {processor!r}, task {task_id}"
                     )
                 )
                 self.setup_errors[-1].__cause__ = error

@@ -343,6 +343,17 @@ def test_a_supplier_that_fails_is_a_warning_one_that_returns_no_processor_an_err
         check_setup(topology_with(lambda: 42), CONFIG)
 
 
+def test_a_global_supplier_that_fails_is_a_warning_and_no_task_is_checked():
+    def failing_supplier():
+        raise ConnectionError("customer service unreachable")
+
+    topology = global_topology(failing_supplier).add_source("in", "in")
+    topology.add_processor("p", StoreTypo, "in")  # not checked: no global stores to read
+    with capture_logs():
+        failures = check_setup(topology, CONFIG)
+    assert [(f.task_id, f.processor, f.phase) for f in failures] == [("-1_-1", None, "supplier")]
+
+
 def test_a_failing_close_is_a_warning():
     class FailsOnClose(Processor):
         def process(self, record):
