@@ -5,7 +5,7 @@
 
 Exit status: 0 when the run ended normally (``--available-now`` finished, or SIGTERM/Ctrl-C),
 1 when the run failed, 2 for bad arguments or setup (module, the topology function raising,
-broker, topics, config keys).
+broker, topics, config keys, a processor's ``init()`` failing the setup check on the driver).
 
 A failure prints its cause on one line (``run-topology: failed: ...``, the last one) and writes
 everything known about it (Python and JVM stack traces) to

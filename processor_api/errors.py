@@ -15,6 +15,13 @@ class TopologyError(StreamsError):
     """The topology is malformed: the message names the node, store or topic at fault."""
 
 
+class SetupCheckError(TopologyError):
+    """A processor's ``init()`` failed the setup check that ``run-topology`` runs on the
+    driver before the run starts (an unknown state store, a bad punctuation schedule, a
+    forward to an unknown child...): the message is the error the running task would raise,
+    followed by the processor and task it was found in."""
+
+
 class StoreError(StreamsError):
     """A state store was used wrongly (unknown, closed, not connected to the processor)."""
 

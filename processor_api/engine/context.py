@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from processor_api.engine.read_only import ReadOnlyStoreView
 from processor_api.engine.records import InputRecord
-from processor_api.errors import StoreError
+from processor_api.errors import ProcessingError, StoreError, StreamsError
 from processor_api.processor import (
     Cancellable,
     ProcessorContext,
@@ -22,6 +22,22 @@ from processor_api.state.key_value import KeyValueStore
 if TYPE_CHECKING:
     from processor_api.engine.nodes import ProcessorNode
     from processor_api.engine.task import Task
+
+
+InitErrorHandler = Callable[[str, StreamsError, Exception], None]
+"""``handler(processor, error, raised)``: told of an ``init()`` that raised ``raised``
+(``error`` is what the task's ``initialize()`` would raise for it); it raises to stop, or
+returns to go on with the next processor's ``init()``."""
+
+
+def init_error(raised: Exception, processor: str, task_id: str) -> StreamsError:
+    """What a failed ``init()`` stops a task with: a :class:`StreamsError` as it was raised
+    (unknown store, ...), anything else as a :class:`ProcessingError` naming the processor."""
+    if isinstance(raised, StreamsError):
+        return raised
+    return ProcessingError(
+        f"init() raised {type(raised).__name__}: {raised}", processor=processor, task_id=task_id
+    )
 
 
 class RecordContext:

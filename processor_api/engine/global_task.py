@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from processor_api.config import StreamsConfig
-from processor_api.engine.context import RecordContext
+from processor_api.engine.context import InitErrorHandler, RecordContext, init_error
 from processor_api.engine.handlers import ErrorHandling
 from processor_api.engine.records import InputRecord, OutputRecord
 from processor_api.errors import ProcessingError, StoreError, StreamsError
@@ -45,6 +45,8 @@ from processor_api.topology_nodes import GlobalStoreNode, SourceNode
 GLOBAL_TASK_ID = "-1_-1"
 
 StoreFactory = Callable[[StoreBuilder, Callable[[], int]], StoreStack]
+GlobalContextFactory = Callable[["GlobalTask", str], "GlobalProcessorContext"]
+"""``factory(task, processor_name) -> GlobalProcessorContext``: a global processor's context."""
 
 
 class GlobalProcessorContext(ProcessorContext):
@@ -127,9 +129,11 @@ class GlobalTask:
         store_factory: StoreFactory,
         config: StreamsConfig | None = None,
         clock: Callable[[], int] = lambda: 0,
+        context_factory: GlobalContextFactory | None = None,
     ) -> None:
         self.config = config or StreamsConfig()
         self.clock = clock
+        make_context = context_factory or GlobalProcessorContext
         self.record_context = RecordContext()
         self.positions: dict[tuple[str, int], int] = {}
         self.records_processed = 0
@@ -164,7 +168,7 @@ class GlobalTask:
                 source.value_serde.for_topic(definition.topic, False, self.config.schema_registry),
                 name,
                 processor,
-                GlobalProcessorContext(self, name),
+                make_context(self, name),
             )
 
     def _record_timestamp(self) -> int:
@@ -182,21 +186,22 @@ class GlobalTask:
         """The topics of the global stores."""
         return list(self._by_topic)
 
-    def initialize(self) -> None:
-        """Call ``init(context)`` of every global processor (once)."""
+    def initialize(self, on_init_error: InitErrorHandler | None = None) -> None:
+        """Call ``init(context)`` of every global processor (once); a failure stops it, unless
+        ``on_init_error`` is given (as :meth:`Task.initialize
+        <processor_api.engine.task.Task.initialize>`)."""
         if self._initialized:
             return
         for node in self._by_topic.values():
             try:
                 node.processor.init(node.context)
-            except StreamsError:
-                raise
             except Exception as exc:
-                raise ProcessingError(
-                    f"init() raised {type(exc).__name__}: {exc}",
-                    processor=node.processor_name,
-                    task_id=GLOBAL_TASK_ID,
-                ) from exc
+                error = init_error(exc, node.processor_name, GLOBAL_TASK_ID)
+                if on_init_error is None:
+                    if error is exc:
+                        raise
+                    raise error from exc
+                on_init_error(node.processor_name, error, exc)
         self._initialized = True
 
     def process(self, raw: InputRecord, *, restoring: bool = False) -> None:

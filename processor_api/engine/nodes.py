@@ -53,6 +53,12 @@ class ProcessorNode:
         self.schedule_count = 0  # how many schedule() calls it made (schedule keys)
 
 
+def _not_a_record(node: ProcessorNode, forwarded: object) -> TypeError:
+    return TypeError(
+        f"processor {node.name!r} forwarded {type(forwarded).__name__}, expected a Record"
+    )
+
+
 class NodeGraph:
     """The nodes of one task, wired as the sub-topology says, and record forwarding.
 
@@ -112,15 +118,21 @@ class NodeGraph:
     def forward(self, node: ProcessorNode, record: Record, child: str | None) -> None:
         """Deliver ``record`` from ``node`` to all its children, or to ``child`` only."""
         if not isinstance(record, Record):
-            raise TypeError(
-                f"processor {node.name!r} forwarded {type(record).__name__}, expected a Record"
-            )
+            raise _not_a_record(node, record)
         if child is None:
             deliver = self.deliver
             for target in node.children:
                 deliver(target, record)
             return
         self.deliver(self.child(node, child), record)
+
+    def check_forward(self, node: ProcessorNode, record: Record, child: str | None) -> None:
+        """Raise what :meth:`forward` would raise before delivering ``record``: it is not a
+        :class:`Record`, or ``child`` is not a child of ``node``."""
+        if not isinstance(record, Record):
+            raise _not_a_record(node, record)
+        if child is not None:
+            self.child(node, child)
 
     def child(self, node: ProcessorNode, name: str) -> ProcessorNode:
         """``node``'s child called ``name``; a ProcessingError naming both if there is none."""

@@ -26,7 +26,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from processor_api.config import StreamsConfig
-from processor_api.engine.context import ProcessorContextImpl, RecordContext
+from processor_api.engine.context import (
+    InitErrorHandler,
+    ProcessorContextImpl,
+    RecordContext,
+    init_error,
+)
 from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.handlers import ErrorHandling
 from processor_api.engine.idle_time import IdleStreamTime
@@ -43,7 +48,7 @@ from processor_api.engine.punctuation import (
 )
 from processor_api.engine.records import InputRecord, RecordCollector
 from processor_api.engine.sink import SinkNode
-from processor_api.errors import ProcessingError, StreamsError
+from processor_api.errors import ProcessingError
 from processor_api.logging import get_logger
 from processor_api.processor import Cancellable, PunctuationType, Record
 from processor_api.state.builder import StoreBuilder, StoreStack
@@ -53,6 +58,9 @@ from processor_api.topology import SubTopology
 
 StoreFactory = Callable[[StoreBuilder, Callable[[], int]], StoreStack]
 """``factory(builder, timestamp_fn) -> StoreStack``: how the runtime materializes a store."""
+
+ContextFactory = Callable[["Task", ProcessorNode], ProcessorContextImpl]
+"""``factory(task, node) -> ProcessorContextImpl``: the context a processor node gets."""
 
 
 def wall_clock_ms() -> int:
@@ -75,6 +83,7 @@ class Task:
         clock: Callable[[], int] = wall_clock_ms,
         metadata: TaskMetadata | None = None,
         global_task: GlobalTask | None = None,
+        context_factory: ContextFactory = ProcessorContextImpl,
     ) -> None:
         self.config = config or StreamsConfig()
         self.application_id = self.config.application_id
@@ -132,7 +141,7 @@ class Task:
                 self.errors.on_serialization_error,
                 self.config.schema_registry,
             ),
-            lambda node: ProcessorContextImpl(self, node),
+            lambda node: context_factory(self, node),
         )
         self.partition_group = PartitionGroup(
             self.graph.sources_by_topic,
@@ -159,8 +168,14 @@ class Task:
                 stack.ttl.attach(self._stream_time, self._current_record_timestamp, self.clock)
 
     # -------------------------------------------------------------- lifecycle
-    def initialize(self) -> None:
-        """Call ``init(context)`` on every processor, in topology order."""
+    def initialize(self, on_init_error: InitErrorHandler | None = None) -> None:
+        """Call ``init(context)`` on every processor, in topology order.
+
+        An ``init()`` that raises stops it with that error (a :class:`StreamsError` as it is,
+        anything else as a :class:`ProcessingError` naming the processor), unless
+        ``on_init_error`` is given: it is called instead and the next processor's ``init()``
+        runs if it returns (the driver's setup check, ``engine/setup_check.py``).
+        """
         if self._initialized:
             return
         for stack in self.stores.values():  # the runtime may have replaced stores until now
@@ -171,14 +186,13 @@ class Task:
         for node in self.graph.processor_nodes():
             try:
                 node.processor.init(node.context)  # type: ignore[union-attr, arg-type]
-            except StreamsError:
-                raise
             except Exception as exc:
-                raise ProcessingError(
-                    f"init() raised {type(exc).__name__}: {exc}",
-                    processor=node.name,
-                    task_id=self.task_id,
-                ) from exc
+                error = init_error(exc, node.name, self.task_id)
+                if on_init_error is None:
+                    if error is exc:
+                        raise
+                    raise error from exc
+                on_init_error(node.name, error, exc)
         self._initialized = True
         self.idle_time.active(self.clock(), self.stream_time)  # idle time counts from the start
 

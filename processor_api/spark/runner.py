@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from processor_api.config import StreamsConfig
+from processor_api.engine.setup_check import check_setup
 from processor_api.errors import ConfigError, StreamsError
 from processor_api.kafka.admin import TopicSpec, check_broker, ensure_topics
 from processor_api.kafka.backlog import PartitionBacklog, group_backlog, wait_until_readable
@@ -107,7 +108,10 @@ class TopologyRunner:
 
     # --------------------------------------------------------------- prepare
     def prepare(self) -> TopicPlan:
-        """Check the broker, plan and create topics. Errors are clear and fast."""
+        """Check the topology's setup on the driver (every processor's ``init()``, see
+        ``engine/setup_check.py``) and the Spark checkpoint, then the broker; plan and create
+        topics. Errors are clear and fast, and come before anything changes."""
+        check_setup(self.topology, self.config)
         check_checkpoint_mode(self.settings.resolved_checkpoint_dir, self.config)
         kafka = self.kafka
         check_broker(self.settings.bootstrap_servers, kafka=kafka)

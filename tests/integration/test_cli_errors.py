@@ -8,14 +8,17 @@ import time
 from collections import Counter
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from processor_api.kafka.group import committed_offsets
-from processor_api.kafka.names import commit_marker_topic
+from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.serdes import Serdes
 from processor_api.testing.embedded import free_port
-from tests.harness.processes import run_cli
+from tests.harness.logs import parse_log_line
+from tests.harness.processes import CliRun, cli_args, run_cli
 from tests.harness.topics import TopicReader, produce, read_topic, uid
 from tests.harness.word_count import WORD_COUNT
+from tests.integration.setup_check_topologies import LOOKUP_ENV
 from topologies.word_count import split_words
 
 pytestmark = pytest.mark.integration
@@ -86,6 +89,82 @@ def test_missing_input_topic_exits_2_naming_the_topic(kafka, tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     line = _error_line(result.stderr)
     assert topic in line and "do not exist" in line
+
+
+SETUP_CHECK = "tests.integration.setup_check_topologies"
+
+
+def test_a_store_name_typo_in_init_exits_2_before_topics_or_spark(kafka, tmp_path):
+    run_id = uid()
+    app_id = f"typo-{run_id}"
+    input_topic = f"typo-in-{run_id}"
+    kafka.create_topic(input_topic, 1)
+    args = cli_args(
+        f"{SETUP_CHECK}:build_store_typo",
+        kafka.bootstrap_servers,
+        app_id,
+        tmp_path / "state",
+        topology_args={"input_topic": input_topic, "output_topic": f"typo-out-{run_id}"},
+    )
+    result = run_cli(args, timeout_s=240)
+    assert result.returncode == 2, result.stderr[-3000:]
+    # the error the task would have raised in its first epoch, where it was found
+    line = _error_line(result.stderr)
+    assert line.startswith(
+        "run-topology: error: processor 'count' cannot access state store 'count-store': "
+        "no such store (connected stores: ['counts-store'])"
+    ), line
+    assert "before the run started: init() of processor 'count', task 0_0" in line
+    events = [e for e in map(parse_log_line, result.stderr.splitlines()) if e is not None]
+    failed = [e for e in events if e["event"] == "setup_failed"]
+    assert [e["error_type"] for e in failed] == ["SetupCheckError"]
+    # stopped before the run was planned (the SparkSession starts after that): no
+    # topology_planned event, no Spark query, no checkpoint, no topic created
+    names = {e["event"] for e in events}
+    assert not names & {"topology_planned", "query_started"}, sorted(names)
+    assert not (tmp_path / "state" / app_id / "_spark_checkpoint").exists()
+    topics = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=30)
+    assert changelog_topic(app_id, "counts-store") not in topics.topics
+    assert commit_marker_topic(app_id) not in topics.topics
+
+
+def test_a_processor_whose_init_needs_the_executors_warns_and_runs(kafka, tmp_path):
+    run_id = uid()
+    input_topic, output_topic = f"lookup-in-{run_id}", f"lookup-out-{run_id}"
+    kafka.create_topic(input_topic, 2)
+    kafka.create_topic(output_topic, 1)
+    produce(kafka.bootstrap_servers, input_topic, [(b"k1", b"a", 0), (b"k2", b"b", 1)])
+    log_path = tmp_path / "inits.log"
+    args = cli_args(
+        f"{SETUP_CHECK}:build_executor_only",
+        kafka.bootstrap_servers,
+        f"lookup-{run_id}",
+        tmp_path / "state",
+        topology_args={
+            "input_topic": input_topic,
+            "output_topic": output_topic,
+            "log_path": str(log_path),
+        },
+        # the setting only the executors get (the driver's init() has no such variable)
+        extra=["--spark-conf", f"spark.executorEnv.{LOOKUP_ENV}=http://lookup.test"],
+    )
+    with CliRun(args, None, {}, stdout_apart=True) as run:
+        code = run.wait(240)
+        assert run.process is not None
+        driver_pid = run.process.pid
+    assert code == 0, "\n".join(run.lines[-40:])
+    warnings = [e.event for e in run.events if e.name == "setup_check_init_failed"]
+    assert len(warnings) == 1, warnings
+    assert warnings[0]["processor"] == "tag" and warnings[0]["task"] == "0_0"
+    assert warnings[0]["error"].startswith(
+        f"ProcessingError: init() raised KeyError: '{LOOKUP_ENV}'"
+    )
+    out = read_topic(kafka.bootstrap_servers, output_topic)
+    assert sorted(r.value for r in out) == [b"a@http://lookup.test", b"b@http://lookup.test"]
+    # the executors ran init() once per task; the driver's failed before it logged anything
+    inits = [line.split() for line in log_path.read_text().splitlines()]
+    assert Counter(task for _, task, _ in inits) == {"0_0": 1, "0_1": 1}
+    assert all(int(pid) != driver_pid for _, _, pid in inits)
 
 
 GOOD_LINES = ["poison ahead", "still counted", "after the poison"]

@@ -1,7 +1,9 @@
 """A task lives across epochs on Spark, as a Kafka Streams task lives across polls: ``init()``
 runs once per task lifetime however many epochs there are, again only when the task is
 rebuilt (here: the state dir deleted between two runs), and the schedules it registers resume
-their persisted due times: no punctuation skipped or repeated.
+their persisted due times: no punctuation skipped or repeated. The driver's setup check runs
+``init()`` and ``close()`` of task 0_0 once more before each run, in the driver's process (this
+one): counted apart.
 
 Both runs are continuous, in epochs of one second; the input comes in waves, each once an
 ended epoch has processed the one before, so every wave is processed in an epoch of its own.
@@ -9,6 +11,7 @@ ended epoch has processed the one before, so every wave is processed in an epoch
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -97,6 +100,17 @@ def _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, first, count
     return result
 
 
+def _lifecycle(log_path) -> tuple[Counter, Counter]:
+    """``(what, task)`` counts of the lifecycle log: on the driver (this process: the run's
+    setup check), and on the executors (the task hosts)."""
+    driver: Counter = Counter()
+    executors: Counter = Counter()
+    for line in log_path.read_text().splitlines():
+        what, task, pid = line.split()
+        (driver if int(pid) == os.getpid() else executors)[(what, task)] += 1
+    return driver, executors
+
+
 def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp_path):
     run_id = uid()
     topics = {
@@ -113,18 +127,21 @@ def test_init_runs_once_per_task_lifetime_and_schedules_resume(kafka, spark, tmp
     first_run, second_run = 6 * WAVE, 3 * WAVE
     _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, 0, first_run)
 
-    events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
+    driver, events = _lifecycle(log_path)
     tasks = [f"0_{p}" for p in range(PARTITIONS)]
     # six waves, each in an epoch of its own: one init and one close per task
     assert {task: events[("init", task)] for task in tasks} == dict.fromkeys(tasks, 1)
     assert {task: events[("close", task)] for task in tasks} == dict.fromkeys(tasks, 1)
+    # and the setup check's init() and close() on the driver, before the run started
+    assert driver == {("init", "0_0"): 1, ("close", "0_0"): 1}
 
     # the local state goes; the Spark checkpoint (elsewhere) stays: tasks are rebuilt
     shutil.rmtree(tmp_path / "state")
     result = _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, first_run, second_run)
 
-    events = Counter(tuple(line.split()[:2]) for line in log_path.read_text().splitlines())
+    driver, events = _lifecycle(log_path)
     assert {task: events[("init", task)] for task in tasks} == dict.fromkeys(tasks, 2)
+    assert driver == {("init", "0_0"): 2, ("close", "0_0"): 2}
     assert result.restored > 0
 
     total = first_run + second_run
