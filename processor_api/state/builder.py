@@ -256,3 +256,13 @@ class StoreBuilder:
             f"{type(self).__name__}({self.name!r}, persistent={self.persistent}, "
             f"logging={self.logging_enabled}, caching={self.caching_enabled})"
         )
+
+
+def store_factory_in(state_dir: Path) -> Callable[[StoreBuilder, Callable[[], int]], StoreStack]:
+    """A task's store factory that builds every store under ``state_dir`` (the runner's setup
+    check of a topology before a run)."""
+
+    def build(builder: StoreBuilder, timestamp_fn: Callable[[], int]) -> StoreStack:
+        return builder.build(state_dir=state_dir, timestamp_fn=timestamp_fn)
+
+    return build
