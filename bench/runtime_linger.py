@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from bench.common import Broker, log, write_result
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging("console", level="WARNING")
     runs: list[dict[str, Any]] = []
     labels = list(SETTINGS)
+    raw_dir = Path(tempfile.mkdtemp(prefix="runtime-linger-"))  # the runs' logs, not kept
+    log(f"run logs in {raw_dir}")
     for rep in range(args.reps):
         for label in labels[rep % 2 :] + labels[: rep % 2]:
             broker = Broker.start()  # a fresh broker each: its cost grows with what it holds
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
                     args.measure_s,
                     args.drain_s,
                     extra_flags=SETTINGS[label],
+                    raw_dir=raw_dir,
                 )
             finally:
                 broker.stop()
