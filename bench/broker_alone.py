@@ -231,8 +231,22 @@ def _save(name: str, result: dict[str, Any], command: str) -> Path:
     runs = json.loads(path.read_text())["runs"] if path.exists() else []
     runs.append({"command": command, **result})
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"benchmark": "bench.broker_alone", "runs": runs}, indent=1) + "\n")
+    path.write_text(_compact({"benchmark": "bench.broker_alone", "runs": runs}))
     return path
+
+
+def _compact(payload: dict[str, Any]) -> str:
+    """JSON with one line per run field and per window (the files stay small and readable)."""
+    lines = ["{", f' "benchmark": {json.dumps(payload["benchmark"])},', ' "runs": [']
+    for i, run in enumerate(payload["runs"]):
+        fields = [f"   {json.dumps(k)}: {json.dumps(v)}" for k, v in run.items() if k != "windows"]
+        windows = ",\n".join(f"    {json.dumps(w)}" for w in run["windows"])
+        fields.append(f'   "windows": [\n{windows}\n   ]')
+        lines.append(
+            "  {\n" + ",\n".join(fields) + "\n  }" + ("," if i + 1 < len(payload["runs"]) else "")
+        )
+    lines += [" ]", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
