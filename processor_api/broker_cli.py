@@ -13,8 +13,10 @@ prints the broker's address (``127.0.0.1:PORT``, alone on stdout's first line) a
 until Ctrl-C or SIGTERM, so other terminals can produce to it, run ``run-topology
 --bootstrap-servers 127.0.0.1:PORT`` against it as often as they like, and read the results.
 Unlike ``run-topology --embedded-broker`` the broker outlives each run; like it, storage is
-memory only: topics are gone when it stops. Exit status: 0 after Ctrl-C/SIGTERM, 1 when the
-broker process died, 2 for bad arguments or a broker that cannot start (port taken).
+memory only: topics are gone when it stops. Its cost per request grows with the record batches
+a partition holds, so it tells producers to linger (``run-topology`` against it does:
+:mod:`processor_api.kafka.local_broker`). Exit status: 0 after Ctrl-C/SIGTERM, 1 when the broker
+process died, 2 for bad arguments or a broker that cannot start (port taken).
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _broker(port: int | None, topics: list[tuple[str, int]]) -> int:
+    from processor_api.kafka.local_broker import TANSU_PRODUCER_LINGER_MS
     from processor_api.testing.embedded import EmbeddedKafka, _log_tail
 
     stop = threading.Event()
@@ -138,7 +141,11 @@ def _broker(port: int | None, topics: list[tuple[str, int]]) -> int:
         print(
             f"{PROG} broker: Tansu on {broker.bootstrap_servers} (pid {broker.pid}, memory "
             f"only: topics are lost when it stops); topics: "
-            f"{', '.join(f'{n}:{p}' for n, p in topics) or 'none yet'}; Ctrl-C stops it",
+            f"{', '.join(f'{n}:{p}' for n, p in topics) or 'none yet'}; Ctrl-C stops it.\n"
+            f"{PROG} broker: its cost per request grows with the record batches a partition "
+            f"holds: give producers linger.ms {TANSU_PRODUCER_LINGER_MS} "
+            f"or more (run-topology does) and it keeps up with a steady feed far longer "
+            f"(docs/running/local-broker.md)",
             file=sys.stderr,
             flush=True,
         )

@@ -295,6 +295,28 @@ def _refuse_removed_flags(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} was removed with the micro-batch runtime: {instead}")
 
 
+def _local_broker_defaults(
+    bootstrap: str, kafka_config: dict[str, Any], embedded: bool, log: Any
+) -> dict[str, Any]:
+    """``kafka_config`` plus the producer settings that keep a Tansu broker healthy, when the
+    run's broker is one (``--embedded-broker``, or a ``processor-api broker``)."""
+    from processor_api.kafka.client_config import KafkaClientConfig
+    from processor_api.kafka.local_broker import broker_is_tansu, with_tansu_defaults
+
+    if not embedded and not broker_is_tansu(bootstrap, KafkaClientConfig.from_dict(kafka_config)):
+        return kafka_config
+    adjusted = with_tansu_defaults(kafka_config)
+    if adjusted != kafka_config:
+        log.info(
+            "producer_linger_for_tansu",
+            linger_ms=adjusted["producer.linger.ms"],
+            detail="Tansu's cost per request grows with the record batches a partition holds: "
+            "the runtime's producers send fewer, larger batches (--kafka-config "
+            "producer.linger.ms=N overrides)",
+        )
+    return adjusted
+
+
 def _run(args: argparse.Namespace, log: Any) -> int:
     from processor_api.config import StreamsConfig
     from processor_api.loader import load_topology
@@ -338,6 +360,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
                 if topic not in internal:
                     broker.create_topic(topic, 1)
             log.info("embedded_broker_started", bootstrap_servers=bootstrap)
+        kafka_config = _local_broker_defaults(bootstrap, kafka_config, args.embedded_broker, log)
         settings = RunSettings(
             bootstrap_servers=bootstrap,
             application_id=application_id,

@@ -40,6 +40,7 @@ from confluent_kafka.admin import AdminClient
 from processor_api.errors import StreamsError
 from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.local_broker import is_tansu
 from processor_api.kafka.producer import make_producer
 from processor_api.logging import get_logger
 
@@ -62,12 +63,6 @@ RELEASE_HEADER = "__processor_api.release"
 RELEASE_TIMEOUT_S = 30.0
 
 _serialised: dict[str, bool] = {}
-
-
-def is_tansu(cluster_id: str | None) -> bool:
-    """Whether a broker reporting ``cluster_id`` is Tansu (its default id is
-    ``tansu_cluster``)."""
-    return cluster_id is not None and "tansu" in cluster_id.lower()
 
 
 def ends_one_at_a_time(

@@ -6,6 +6,13 @@ broker answers a Kafka metadata request. ``stop()`` terminates only that process
 then SIGKILL after a timeout) and removes the temp dir. Storage is memory only: a restarted broker
 has no topics.
 
+The broker dies with the process that started it, however that process ends: on Linux the
+kernel sends it SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), so a test run or a
+``run-topology --embedded-broker`` killed with SIGTERM or SIGKILL leaves no broker behind (an
+orderly exit stops it through ``stop()`` or the finalizer). The signal follows the *thread* that
+forked the broker, so every broker is forked from one long-lived daemon thread of this module,
+not from the caller's thread, which may end before the process does.
+
 Deviations of this Tansu build from Apache Kafka (listed in the README, "A broker for local
 development"): memory-only storage; ListOffsets(latest) answers the last record batch's base
 offset + 1 (:mod:`processor_api.kafka.offsets` works around it); no aborted-transaction list
@@ -17,16 +24,21 @@ JoinGroup answered after about half the session timeout. ``processor-api broker`
 
 from __future__ import annotations
 
+import ctypes
 import importlib.resources
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 
 from processor_api.errors import BrokerUnavailableError, StreamsError
@@ -39,6 +51,8 @@ _log = get_logger(__name__)
 _LOG_TAIL_BYTES = 2000
 #: Attempts with a fresh port when an automatically chosen port was taken meanwhile.
 _PORT_ATTEMPTS = 3
+#: ``prctl(2)`` option: signal this process when its parent (thread) dies.
+_PR_SET_PDEATHSIG = 1
 
 
 def tansu_binary() -> str:
@@ -69,6 +83,76 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _pdeathsig_setter() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child die (SIGKILL) with its parent; None off Linux.
+
+    Built before the fork: the child only calls the bound C function, then checks that the
+    parent did not die in between (the signal covers only deaths after the call).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return die_with_parent
+
+
+class _Launcher:
+    """One daemon thread that forks every broker of this process.
+
+    ``PR_SET_PDEATHSIG`` fires when the thread that forked the child ends, not the process; a
+    daemon thread ends only with the process, so the brokers live exactly as long as it.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[bytes]], Future]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pid = 0
+
+    def popen(self, *args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        """``subprocess.Popen(*args, **kwargs)`` run on the launcher thread, plus the
+        die-with-parent ``preexec_fn`` (on Linux)."""
+        with self._lock:
+            # a forked child inherits the object but not the thread: start its own
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._jobs = queue.SimpleQueue()
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._serve,
+                    args=(self._jobs,),
+                    name="embedded-kafka-launcher",
+                    daemon=True,
+                )
+                self._thread.start()
+            jobs = self._jobs
+        preexec = _pdeathsig_setter()
+        done: Future[subprocess.Popen[bytes]] = Future()
+        jobs.put((lambda: subprocess.Popen(*args, preexec_fn=preexec, **kwargs), done))  # type: ignore[call-overload]
+        return done.result()
+
+    @staticmethod
+    def _serve(
+        jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[bytes]], Future]],
+    ) -> None:
+        while True:
+            job, done = jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
+
+
+_launcher = _Launcher()
 
 
 class _PortInUseError(BrokerUnavailableError):
@@ -134,7 +218,8 @@ class EmbeddedKafka:
     a fault-injection proxy in front of it gives its own, so every client goes through it.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. If the object is garbage
-    collected or the interpreter exits while the broker runs, the broker is stopped too.
+    collected or the interpreter exits while the broker runs, the broker is stopped too; if the
+    process is killed (SIGTERM, SIGKILL), the kernel kills the broker with it (Linux).
     """
 
     def __init__(
@@ -238,7 +323,7 @@ class EmbeddedKafka:
         env["NO_COLOR"] = "1"  # plain text log lines
         started = time.monotonic()
         with open(log_path, "wb") as log_file:
-            process = subprocess.Popen(
+            process = _launcher.popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
