@@ -254,10 +254,11 @@ class ContinuousInput:
     # ---------------------------------------------------------------------- poll
     def poll(self, timeout_s: float) -> list[InputRecord]:
         """The records that arrived, in offset order per partition; when none were fetched
-        for the task yet, fetches for the worker first, waiting up to ``timeout_s`` for the
-        first record only."""
+        for the task yet, fetches first (waiting up to ``timeout_s`` for the first record
+        only), unless the task shares its worker's consumer and may not wait: the worker's
+        loop fetches once for all its tasks then."""
         self._require()
-        if not self.pending:
+        if not self.pending and (self._owns_shared or timeout_s > 0):
             self._shared.fetch(timeout_s)
         messages, self.pending = self.pending, []
         overshot: set[str] = set()

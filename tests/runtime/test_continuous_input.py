@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka import TopicPartition
 
-from processor_api.runtime.continuous_input import ContinuousInput
+from processor_api.runtime.continuous_input import ContinuousInput, WorkerInput
 from tests.harness.topics import produce, uid
 
 pytestmark = pytest.mark.integration
@@ -54,3 +55,42 @@ def test_a_task_without_a_position_reaches_a_bound_below_the_records_already_the
         assert [stream.poll(0.2) for _ in range(5)] == [[]] * 5
     finally:
         stream.close()
+
+
+def test_tasks_sharing_a_worker_consumer_each_get_their_own_partition(kafka) -> None:
+    """One consumer for a worker's tasks (``WorkerInput``): each task's input hands out only
+    its partition's records, one fetch serves them all, and a task's partitions leave the
+    consumer when its input closes while the other task reads on."""
+    topic = f"ci-shared-{uid()}"
+    kafka.create_topic(topic, 2)
+    produce(kafka.bootstrap_servers, topic,
+            [(f"k{i}".encode(), f"p{i % 2}-{i}".encode(), i % 2) for i in range(10)])  # fmt: skip
+    shared = WorkerInput(kafka.bootstrap_servers, "worker-test", isolation_level="read_uncommitted")
+    first, second = (
+        ContinuousInput("", f"0_{p}", p, isolation_level="read_uncommitted", shared=shared)
+        for p in (0, 1)
+    )
+    try:
+        for stream in (first, second):
+            stream.assign({topic: None}, {topic: "earliest"})
+            stream.set_bounds({topic: 5})
+        got: dict[int, list[str]] = {0: [], 1: []}
+        deadline = time.monotonic() + REACH_TIMEOUT_S
+        while not (first.reached() and second.reached()):
+            assert time.monotonic() < deadline, got
+            shared.fetch(0.2)  # the worker's one fetch ...
+            for stream, partition in ((first, 0), (second, 1)):  # ... then each task's turn
+                got[partition] += [r.value.decode() for r in stream.poll(0.0)]
+        assert got == {p: [f"p{p}-{i}" for i in range(p, 10, 2)] for p in (0, 1)}
+        first.close()
+        assert shared.consumer.assignment() == [TopicPartition(topic, 1)]
+        produce(kafka.bootstrap_servers, topic, [(b"k", b"late", 1)])
+        second.set_bounds({topic: 6})
+        late: list[str] = []
+        while not second.reached():
+            assert time.monotonic() < deadline, late
+            late += [r.value.decode() for r in second.poll(0.2)]
+        assert late == ["late"]
+    finally:
+        second.close()
+        shared.close()
