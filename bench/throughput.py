@@ -128,6 +128,8 @@ EPOCHS_WINDOWED = "processor_api epochs windowed count"
 EPOCHS_CACHING = "processor_api epochs caching (diagnostic)"
 #: The driver JVM with the JVM's own defaults (C2, G1) instead of the runner's start-up options.
 EPOCHS_JVM_DEFAULTS = "processor_api epochs JVM defaults (diagnostic)"
+#: One core, as the hand loop has: ``--master local[1]`` (one worker running every task).
+EPOCHS_ONE_CORE = "processor_api epochs local[1]"
 JVM_DEFAULTS_ENV = {"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
 
 #: Extra run-topology arguments and environment of each run-topology contender.
@@ -138,6 +140,7 @@ PROCESSOR_API_VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str] | None]]
     EPOCHS_WINDOWED: (("--topology-arg", "windowed=true"), None),
     EPOCHS_CACHING: (("--topology-arg", "caching=true"), None),
     EPOCHS_JVM_DEFAULTS: ((), JVM_DEFAULTS_ENV),
+    EPOCHS_ONE_CORE: (("--master", "local[1]"), None),
 }
 
 
@@ -324,6 +327,7 @@ def contenders(
             EPOCHS_WINDOWED: "processor_api_epochs_windowed",
             EPOCHS_CACHING: "processor_api_epochs_caching",
             EPOCHS_JVM_DEFAULTS: "processor_api_epochs_jvm_defaults",
+            EPOCHS_ONE_CORE: "processor_api_epochs_local1",
         }[name]
         if name == EPOCHS_BEFORE:
             cmd, env, cwd = (

@@ -16,9 +16,9 @@ import os
 
 from bench import throughput
 from bench.common import Broker, ensure_environments, log, machine_info, write_result
-from bench.throughput import EPOCHS, run_size
+from bench.throughput import EPOCHS, EPOCHS_ONE_CORE, run_size
 
-CONTENDERS = {EPOCHS, "hand_loop", "quixstreams"}
+CONTENDERS = {EPOCHS, EPOCHS_ONE_CORE, "hand_loop", "quixstreams"}
 
 
 def main() -> None:
