@@ -248,7 +248,7 @@ def committed_positions(location: StoreLocation) -> dict[int, CommittedPosition]
     """Per changelog partition, the store's changelog offset and the task's stream time in
     its task's last marker, with the system time the markers are read at."""
     positions: dict[int, CommittedPosition] = {}
-    wall_time = int(time.time() * 1000)
+    wall_time = time.time_ns() // 1_000_000  # the task clock (engine.task.wall_clock_ms)
     for partition, (task_id, marker_partition) in enumerate(
         zip(location.task_ids, location.marker_partitions, strict=True)
     ):
