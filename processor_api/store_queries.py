@@ -80,7 +80,9 @@ def read_store(
     the task's commit marker), records of aborted transactions and of batches not committed
     yet excluded, tombstones applied. Entries come partition by partition, in key order within
     one, typed as the store's processors see them (``KeyValue(Windowed(key, window), value)``
-    for window and session stores, ``ValueAndTimestamp`` values for timestamped stores).
+    for window and session stores, ``ValueAndTimestamp`` values for timestamped stores). A
+    store with a time to live leaves out the entries expired at the commit's stream time
+    (``clock="wall_clock"``: at the system time when the read starts).
 
     Select with ``key``, with ``key_from``/``key_to`` (inclusive; either may be left open) or
     with ``prefix`` (key-value stores). Versioned stores are read one ``key`` at a time: its

@@ -7,13 +7,19 @@ the task's partition) whose metadata holds, per store, the changelog end offset 
 reached -- under both processing guarantees. So the committed contents of a store partition are its changelog read
 up to the offset in the task's last marker:
 
-1. :meth:`StoreReader.committed_ends`: per changelog partition, the last marker of its task
-   (read ``read_committed`` from the end of the marker partition backwards) and the offset it
-   records for the store; 0 (empty) when the task never committed;
+1. :meth:`StoreReader.committed_positions`: per changelog partition, the last marker of its
+   task (read ``read_committed`` from the end of the marker partition backwards), the offset
+   it records for the store (0, empty, when the task never committed) and the task's stream
+   time then;
 2. :meth:`StoreReader.read_partition`: the changelog ``read_committed`` from its first offset to
    that end, replayed with the store's own restore writer into a temporary store of the same
    kind (tombstones delete, window and session retention apply as in the application), then
    read with the store's typed API and the serdes the topology gives it.
+
+A store with a time to live (``with_ttl``) keeps each value's write time in front of it, in
+the changelog too: the reader strips it and leaves out the entries the store would hide, with
+``now`` as :class:`CommittedPosition` decides it (the commit's stream time, or the reader's
+clock for a ``"wall_clock"`` store).
 
 What this excludes, and why it holds on Apache Kafka as on the embedded broker:
 
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +71,7 @@ from processor_api.state.selection import (
     select_folded,
 )
 from processor_api.state.snapshots import SnapshotSettings, TaskSnapshots
+from processor_api.state.ttl import live_value
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.read_store")
@@ -87,6 +95,26 @@ class StoreLocation:
     marker_topic: str
     marker_partitions: tuple[int, ...]  # each task's partition of the marker topic
     kafka: KafkaClientConfig | None = None
+
+
+@dataclass(frozen=True)
+class CommittedPosition:
+    """One changelog partition at its task's last commit (picklable).
+
+    ``end``: the store's changelog offset in the marker (0: the task never committed);
+    ``stream_time``: the task's stream time in it (-1: none); ``wall_time``: the reader's
+    system clock (epoch ms) when it read the marker.
+    """
+
+    end: int
+    stream_time: int = -1
+    wall_time: int = 0
+
+    def ttl_now(self, clock: str) -> int:
+        """``now`` for a store with a time to live on ``clock``, as its task would take it:
+        the stream time the task committed at (``"stream_time"``; what a task restored from
+        this commit starts with) or the reader's clock (``"wall_clock"``)."""
+        return self.stream_time if clock == "stream_time" else self.wall_time
 
 
 class StoreReader:
@@ -121,14 +149,21 @@ class StoreReader:
 
     def committed_ends(self) -> dict[int, int]:
         """Per changelog partition, the end offset of the last committed batch."""
-        return committed_ends(self.location)
+        return {p: position.end for p, position in self.committed_positions().items()}
+
+    def committed_positions(self) -> dict[int, CommittedPosition]:
+        """Per changelog partition, where its task's last commit left it."""
+        return committed_positions(self.location)
 
     def read_partition(
-        self, partition: int, end: int, selection: StoreSelection | None = None
+        self,
+        partition: int,
+        position: CommittedPosition,
+        selection: StoreSelection | None = None,
     ) -> Iterator[KeyValue]:
-        """The entries of ``partition`` committed up to changelog offset ``end``."""
+        """The entries of ``partition`` committed up to ``position``."""
         return read_partition(
-            self.location, self.builder, partition, end, selection, self.snapshots
+            self.location, self.builder, partition, position, selection, self.snapshots
         )
 
     def read(self, selection: StoreSelection | None = None) -> Iterator[tuple[int, KeyValue]]:
@@ -136,13 +171,13 @@ class StoreReader:
         commit markers are read now, the partitions as the iterator goes). Raises
         ``StoreError`` at once for a selection the store's kind cannot take."""
         check_selection(self.builder.kind, self.builder.name, selection or StoreSelection())
-        return self._entries(self.committed_ends(), selection)
+        return self._entries(self.committed_positions(), selection)
 
     def _entries(
-        self, ends: dict[int, int], selection: StoreSelection | None
+        self, positions: dict[int, CommittedPosition], selection: StoreSelection | None
     ) -> Iterator[tuple[int, KeyValue]]:
         for partition in range(self.partitions):
-            for entry in self.read_partition(partition, ends[partition], selection):
+            for entry in self.read_partition(partition, positions[partition], selection):
                 yield partition, entry
 
 
@@ -209,9 +244,11 @@ def locate(
     )
 
 
-def committed_ends(location: StoreLocation) -> dict[int, int]:
-    """Per changelog partition, the store's changelog offset in its task's last marker."""
-    ends: dict[int, int] = {}
+def committed_positions(location: StoreLocation) -> dict[int, CommittedPosition]:
+    """Per changelog partition, the store's changelog offset and the task's stream time in
+    its task's last marker, with the system time the markers are read at."""
+    positions: dict[int, CommittedPosition] = {}
+    wall_time = time.time_ns() // 1_000_000  # the task clock (engine.task.wall_clock_ms)
     for partition, (task_id, marker_partition) in enumerate(
         zip(location.task_ids, location.marker_partitions, strict=True)
     ):
@@ -224,16 +261,31 @@ def committed_ends(location: StoreLocation) -> dict[int, int]:
             kafka=location.kafka,
             tail=MARKER_TAIL,
         )
-        ends[partition] = 0 if marker is None else _store_offset(marker, location, task_id)
+        positions[partition] = (
+            CommittedPosition(0, wall_time=wall_time)
+            if marker is None
+            else _position(marker, location, task_id, wall_time)
+        )
     _log.debug(
-        "store_committed_ends", store=location.store, topic=location.changelog_topic, ends=ends
+        "store_committed_ends",
+        store=location.store,
+        topic=location.changelog_topic,
+        ends={p: position.end for p, position in positions.items()},
+        stream_times={p: position.stream_time for p, position in positions.items()},
     )
-    return ends
+    return positions
 
 
-def _store_offset(marker: CommitMarker, location: StoreLocation, task_id: str) -> int:
+def _position(
+    marker: CommitMarker, location: StoreLocation, task_id: str, wall_time: int
+) -> CommittedPosition:
     try:
-        return int(json.loads(marker.metadata_json)["changelog_offsets"].get(location.store, 0))
+        metadata = json.loads(marker.metadata_json)
+        return CommittedPosition(
+            end=int(metadata["changelog_offsets"].get(location.store, 0)),
+            stream_time=int(metadata.get("stream_time", -1)),
+            wall_time=wall_time,
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StreamsError(
             f"the commit marker of task {task_id} at offset {marker.offset} of "
@@ -245,26 +297,30 @@ def read_partition(
     location: StoreLocation,
     builder: StoreBuilder,
     partition: int,
-    end: int,
+    position: CommittedPosition,
     selection: StoreSelection | None = None,
     snapshots: SnapshotSettings | None = None,
 ) -> Iterator[KeyValue]:
-    """Replay ``[0, end)`` of one changelog partition into a temporary store and select.
+    """Replay ``[0, position.end)`` of one changelog partition into a temporary store and select.
 
     Key-value stores (plain and timestamped) are folded into a dict instead: the changelog
-    key is the store key, so the last write of each key, tombstones applied, is the store.
+    key is the store key, so the last write of each key, tombstones applied, is the store;
+    with a time to live, entries expired at ``position``'s ``now`` are left out.
     With ``snapshots`` (a persistent store), the partition's newest usable snapshot at or
-    below ``end`` is downloaded and only the changelog after it is replayed.
+    below the end is downloaded and only the changelog after it is replayed.
     """
     selection = selection or StoreSelection()
     check_selection(builder.kind, builder.name, selection)
+    end = position.end
     if snapshots is not None and builder.persistent and end > 0:
-        yield from _read_from_snapshot(location, builder, partition, end, selection, snapshots)
+        yield from _read_from_snapshot(location, builder, partition, position, selection, snapshots)
         return
     if builder.kind in KEY_VALUE_KINDS:
         folded: dict[bytes, bytes] = {}
         if end > 0:
             _replay(location, builder, _Fold(folded), partition, end)
+        if builder.ttl_ms is not None:
+            folded = _unexpired(folded, builder, position, partition)
         facade = builder.build(inner=InMemoryBytesStore(builder.name)).store
         yield from select_folded(facade, folded, selection)
         return
@@ -278,15 +334,42 @@ def read_partition(
             stack.close()
 
 
+def _unexpired(
+    folded: dict[bytes, bytes],
+    builder: StoreBuilder,
+    position: CommittedPosition,
+    partition: int,
+) -> dict[bytes, bytes]:
+    """The folded entries of a store with a time to live that it shows at ``position``'s
+    ``now``, without their write-time stamps."""
+    now = position.ttl_now(builder.ttl_clock)
+    cutoff = now - builder.ttl_ms  # type: ignore[operator]
+    live: dict[bytes, bytes] = {}
+    for key, data in folded.items():
+        value = live_value(data, cutoff)
+        if value is not None:
+            live[key] = value
+    _log.debug(
+        "store_ttl_applied",
+        store=builder.name,
+        partition=partition,
+        clock=builder.ttl_clock,
+        now=now,
+        expired=len(folded) - len(live),
+    )
+    return live
+
+
 def _read_from_snapshot(
     location: StoreLocation,
     builder: StoreBuilder,
     partition: int,
-    end: int,
+    position: CommittedPosition,
     selection: StoreSelection,
     settings: SnapshotSettings,
 ) -> Iterator[KeyValue]:
     """The partition's store restored as its task would restore it: snapshot, then tail."""
+    end = position.end
     task_id = location.task_ids[partition]
     with tempfile.TemporaryDirectory(prefix="read-store-") as scratch:
         directory = Path(scratch) / task_id
@@ -314,9 +397,11 @@ def _read_from_snapshot(
                 snapshot_offset=stores.snapshot_offsets.get(builder.name),
                 records=replayed.get(builder.name, 0),
             )
-            yield from select(
-                builder.kind, stores.stacks[builder.name].store, builder.name, selection
-            )
+            stack = stores.stacks[builder.name]
+            if stack.ttl is not None:  # hides what expired at the commit's now, as the task
+                now = position.ttl_now(builder.ttl_clock)
+                stack.ttl.attach(lambda: now, lambda: now, lambda: now)
+            yield from select(builder.kind, stack.store, builder.name, selection)
         finally:
             stores.close()
 

@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from processor_api.kafka.store_reader import StoreLocation, read_partition
+from processor_api.kafka.store_reader import CommittedPosition, StoreLocation, read_partition
 from processor_api.state import StoreBuilder
 from processor_api.state.selection import StoreSelection
 from processor_api.store_queries import entry_fields, json_default, open_store_reader
@@ -55,7 +55,7 @@ class StoreScan:
 
     location: StoreLocation
     builder: StoreBuilder
-    ends: dict[int, int]
+    positions: dict[int, CommittedPosition]
     selection: StoreSelection
 
     def columns(self) -> list[tuple[str, str]]:
@@ -103,7 +103,8 @@ class _StoreReader(DataSourceReader):
         names = [name for name, _ in scan.columns()]
         serdes = {"key": scan.builder.key_serde, "value": scan.builder.value_serde}
         json_columns = {c for c, serde in serdes.items() if serde.name not in _SERDE_TYPES}
-        for entry in read_partition(scan.location, scan.builder, p, scan.ends[p], scan.selection):
+        position = scan.positions[p]
+        for entry in read_partition(scan.location, scan.builder, p, position, scan.selection):
             fields = entry_fields(entry)
             fields["partition"] = p
             yield tuple(
@@ -152,7 +153,7 @@ def read_store_df(
     scan = StoreScan(
         location=reader.location,
         builder=reader.builder,
-        ends=reader.committed_ends(),
+        positions=reader.committed_positions(),
         selection=StoreSelection(**selection),
     )
     spark.dataSource.register(StoreDataSource)

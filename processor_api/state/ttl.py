@@ -18,6 +18,11 @@ layers below, so the changelog gets a tombstone. Expiry finds old entries in a t
 index (a heap of ``(write_time, key)`` pushed per write, checked against the store when
 popped: a key written again keeps its newer entry), never by a scan per record; the index is
 built by one scan of the store at the first expiry after the store opens or is restored.
+
+``read-store`` (:mod:`processor_api.kafka.store_reader`) has no task: it takes ``now`` from
+the task's last commit marker (its stream time then) under ``"stream_time"``, and its own
+system clock when it reads the markers under ``"wall_clock"``, and drops what
+:func:`live_value` hides.
 """
 
 from __future__ import annotations
@@ -34,7 +39,15 @@ CLOCKS = ("stream_time", "wall_clock")
 _TIME = struct.Struct(">q")
 _pack = _TIME.pack
 _unpack_from = _TIME.unpack_from
-_NEVER = -(2**62)  # "now" of a store no task drives (read-store): nothing expires
+_NEVER = -(2**62)  # "now" of a store no task drives: nothing expires
+
+
+def live_value(data: bytes | None, cutoff: int) -> bytes | None:
+    """The value bytes of a stored (stamped) entry, or ``None`` when it is absent or was
+    written before ``cutoff`` (``now - ttl``): what the store shows for it."""
+    if data is None or _unpack_from(data)[0] < cutoff:
+        return None
+    return data[8:]
 
 
 def ttl_ms(store: str, ttl: int | timedelta) -> int:
@@ -82,11 +95,6 @@ class TtlBytesStore(InnerLayer, BytesStore):
         self._index = None
 
     # ------------------------------------------------------------------ reads
-    def _visible(self, data: bytes | None, cutoff: int) -> bytes | None:
-        if data is None or _unpack_from(data)[0] < cutoff:
-            return None
-        return data[8:]
-
     def get(self, key: bytes) -> bytes | None:
         """The value under ``key`` unless absent or expired."""
         data = self.inner.get(key)
@@ -139,7 +147,7 @@ class TtlBytesStore(InnerLayer, BytesStore):
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete ``key``; returns its value if it was live."""
-        return self._visible(self.inner.delete(key), self.now() - self.ttl)
+        return live_value(self.inner.delete(key), self.now() - self.ttl)
 
     # ------------------------------------------------------------------ expiry
     def expire(self) -> int:

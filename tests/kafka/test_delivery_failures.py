@@ -2,9 +2,16 @@
 broker: ``DeliveryTracker.flush_and_check`` hands them to a failure handler (Kafka Streams'
 ``recordSendError``), except fatal and fencing errors, which fail at once.
 
-The asynchronous failure is real: a partition the topic does not have, produced to while the
-producer does not know the topic yet (it was created after the producer fetched its metadata),
-is reported in the delivery report (``_UNKNOWN_PARTITION``), not refused by ``produce()``."""
+The asynchronous failure is real, and the tests decide it: a record goes to a partition its
+topic will not have, produced *before the topic exists* (:func:`produce_then_create`). No
+metadata can give the producer the topic's partitions at ``produce()`` then, so it queues the
+record until a metadata response names the topic (it waits up to
+``topic.metadata.propagation.max.ms``, 30 s, for a topic the broker says does not exist), and
+once the topic is created the record fails in its delivery report (``_UNKNOWN_PARTITION``).
+Creating the topic first left it to timing: the embedded broker answers every metadata request
+with every topic, so the producer could know the topic already and refuse the record in
+``produce()`` (``RecordSendError``). The producer asks the broker not to create the topics it
+looks up (``allow.auto.create.topics``), which the embedded broker would do otherwise."""
 
 from __future__ import annotations
 
@@ -18,24 +25,36 @@ from tests.harness.topics import read_topic, uid
 
 
 def connected_tracker(kafka) -> DeliveryTracker:
-    """A tracker whose producer has connected and fetched the cluster's metadata: a record
-    was delivered. Topics made after this are unknown to it until it produces to them."""
+    """A tracker whose producer has connected and fetched the cluster's metadata (a record
+    was delivered), and does not have the broker create the topics it looks up."""
     warm_up = uid("warm-up")
     kafka.create_topic(warm_up, 1)
-    tracker = DeliveryTracker(make_producer(kafka.bootstrap_servers))
+    producer = make_producer(
+        kafka.bootstrap_servers, extra_config={"allow.auto.create.topics": False}
+    )
+    tracker = DeliveryTracker(producer)
     tracker.produce(warm_up, None, b"x", partition=0)
     tracker.flush_and_check(10)
     tracker.reset()
     return tracker
 
 
+def produce_then_create(
+    kafka, tracker: DeliveryTracker, topic: str, partitions: int, *records: tuple
+) -> None:
+    """Hand ``(key, value, partition)`` records for ``topic`` to the producer, then create
+    ``topic`` with ``partitions``: one to a partition it lacks fails in its delivery report,
+    whenever the producer's metadata arrives (module docs)."""
+    for key, value, partition in records:
+        tracker.produce(topic, key, value, partition=partition, timestamp=1_000)
+    kafka.create_topic(topic, partitions)
+
+
 @pytest.mark.integration
 def test_a_failed_delivery_reaches_the_failure_handler_with_the_record(kafka):
     tracker = connected_tracker(kafka)
     topic = uid("undeliverable")
-    kafka.create_topic(topic, 2)
-    tracker.produce(topic, b"k", b"lost", partition=5, timestamp=1_000)
-    tracker.produce(topic, b"k", b"kept", partition=1, timestamp=1_000)
+    produce_then_create(kafka, tracker, topic, 2, (b"k", b"lost", 5), (b"k", b"kept", 1))
     seen: list[FailedDelivery] = []
     tracker.flush_and_check(10, on_failures=seen.extend)
     ((failure,),) = [seen]
@@ -66,8 +85,7 @@ def test_a_failed_delivery_reaches_the_failure_handler_with_the_record(kafka):
 def test_without_a_handler_the_failure_raises_naming_topic_partition_and_cause(kafka):
     tracker = connected_tracker(kafka)
     topic = uid("undeliverable")
-    kafka.create_topic(topic, 1)
-    tracker.produce(topic, b"k", b"lost", partition=3)
+    produce_then_create(kafka, tracker, topic, 1, (b"k", b"lost", 3))
     with pytest.raises(
         DeliveryError,
         match=rf"delivery to topic '{topic}' partition 3 failed: _UNKNOWN_PARTITION: "
@@ -80,9 +98,8 @@ def test_without_a_handler_the_failure_raises_naming_topic_partition_and_cause(k
 def test_dead_letter_records_the_handler_sends_are_waited_for(kafka):
     tracker = connected_tracker(kafka)
     topic, dead_letters = uid("undeliverable"), uid("dead-letters")
-    kafka.create_topic(topic, 1)
-    kafka.create_topic(dead_letters, 1)
-    tracker.produce(topic, b"k", b"lost", partition=4)
+    kafka.create_topic(dead_letters, 1)  # partition 0: delivered, known to the producer or not
+    produce_then_create(kafka, tracker, topic, 1, (b"k", b"lost", 4))
 
     def to_dead_letters(failures):
         for failure in failures:
@@ -97,15 +114,13 @@ def test_dead_letter_records_the_handler_sends_are_waited_for(kafka):
 def test_a_dead_letter_record_that_fails_too_fails_the_flush(kafka):
     tracker = connected_tracker(kafka)
     topic, dead_letters = uid("undeliverable"), uid("dead-letters")
-    kafka.create_topic(topic, 1)
-    kafka.create_topic(dead_letters, 1)
-    tracker.produce(topic, b"k", b"lost", partition=4)
+    produce_then_create(kafka, tracker, topic, 1, (b"k", b"lost", 4))
     rounds = []
 
     def to_a_missing_partition(failures):
         rounds.append(len(failures))
-        for failure in failures:
-            tracker.produce(dead_letters, failure.key, failure.value, partition=9)
+        dead = [(failure.key, failure.value, 9) for failure in failures]
+        produce_then_create(kafka, tracker, dead_letters, 1, *dead)
 
     with pytest.raises(
         DeliveryError,
@@ -120,8 +135,7 @@ def test_a_dead_letter_record_that_fails_too_fails_the_flush(kafka):
 def test_a_handler_that_raises_fails_the_flush(kafka):
     tracker = connected_tracker(kafka)
     topic = uid("undeliverable")
-    kafka.create_topic(topic, 1)
-    tracker.produce(topic, b"k", b"lost", partition=2)
+    produce_then_create(kafka, tracker, topic, 1, (b"k", b"lost", 2))
 
     def refuse(failures):
         raise DeliveryError(f"refused {failures[0].partition}")

@@ -9,7 +9,7 @@ import pytest
 from processor_api import Processor, Serdes, Stores, Topology
 from processor_api.errors import StoreError
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
-from processor_api.kafka.store_reader import StoreLocation, read_partition
+from processor_api.kafka.store_reader import CommittedPosition, StoreLocation, read_partition
 from processor_api.read_store_cli import main as read_store_main
 from processor_api.state.selection import StoreSelection
 from processor_api.state.windowed_types import VersionedRecord
@@ -73,9 +73,11 @@ def test_a_versioned_changelog_is_read_as_of_a_time(kafka, tmp_path):
         kafka.bootstrap_servers, "app", HISTORY, topic, 1, ("0_0",), "markers", (0,)
     )
 
+    end = CommittedPosition(len(changes))
+
     def read(key, as_of=None):
         selection = StoreSelection(key=key, as_of=as_of)
-        return [e.value for e in read_partition(location, builder, 0, len(changes), selection)]
+        return [e.value for e in read_partition(location, builder, 0, end, selection)]
 
     assert read("a") == [VersionedRecord(2, 20, None)]
     assert read("a", as_of=15) == [VersionedRecord(1, 10, 20)]
