@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from processor_api.kafka.group import committed_offsets
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
 from tests.harness.runs import BackgroundRun, settings_for
@@ -24,6 +25,17 @@ SEED_EVENTS = [
 ]
 
 
+def _wait_all_committed(bootstrap: str, app_id: str, topic: str, run: BackgroundRun) -> None:
+    """Until the application's group has committed all of ``topic`` (every event processed)."""
+    deadline = time.monotonic() + 30
+    while True:
+        offsets = committed_offsets(bootstrap, app_id, [(topic, p) for p in range(3)])
+        if sum(offsets.values()) >= len(SEED_EVENTS):
+            return
+        assert run.is_alive() and time.monotonic() < deadline, f"committed so far: {offsets}"
+        time.sleep(0.1)
+
+
 def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
     run_id = uid()
     input_topic, output_topic = f"sales-events-v1-{run_id}", f"notifications-events-v1-{run_id}"
@@ -39,7 +51,12 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
         ],
     )
 
-    settings = settings_for(kafka.bootstrap_servers, app_id, tmp_path / "state")
+    # commits every 200 ms: the test stops the run once the group's offsets say that every
+    # event was processed (a task of a worker may start its epoch after another one's
+    # notifications are out: the notifications alone do not say that product5 was processed)
+    settings = settings_for(
+        kafka.bootstrap_servers, app_id, tmp_path / "state", config={"commit.interval.ms": "200"}
+    )
     with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
         with BackgroundRun(
             "topologies.sales_aggregation:build_topology",
@@ -49,6 +66,7 @@ def test_seed_000_notifications_within_30_seconds(kafka, spark, tmp_path):
         ) as run:
             out.wait_for(lambda records: len(records) >= 2, timeout_s=30, while_alive=run)
             elapsed = time.monotonic() - run.started
+            _wait_all_committed(kafka.bootstrap_servers, app_id, input_topic, run)
             result = run.stop()
         # the run stopped after the epoch that processed all five events (result.records
         # below): every notification it will ever write is in the topic now; a third (wrong)
