@@ -37,6 +37,17 @@ BASE_TIMESTAMP_MS = 1_700_000_000_000
 RECORDS_PER_MS = 10
 
 
+def run_topology_module(library: str | Path) -> str:
+    """The module ``python -m`` runs as ``run-topology`` in a copy of the library at ``library``.
+
+    Baselines are earlier commits: before the ``cli/`` package the command was
+    ``processor_api.cli``, since then it is ``processor_api.cli.run_topology``.
+    """
+    if (Path(library) / "processor_api" / "cli" / "run_topology.py").exists():
+        return "processor_api.cli.run_topology"
+    return "processor_api.cli"
+
+
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 

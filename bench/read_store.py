@@ -11,7 +11,7 @@ application's state takes. Contenders, alternating, each reading all N entries:
 
 * ``processor_api.read_store``: markers, changelog replay into the scratch store, typed
   iteration (``KeyValue(str, int)``);
-* ``read-store command``: ``python -m processor_api.read_store_cli`` to ``/dev/null`` (JSON
+* ``read-store command``: ``python -m processor_api.cli.read_store`` to ``/dev/null`` (JSON
   lines; includes interpreter start and topology import);
 * ``plain consumer``: confluent-kafka ``Consumer`` reading ``[0, N)`` in ``consume(10000)``
   batches, touching key and value (no deserialization, no fold): the floor;
@@ -103,7 +103,7 @@ def _command(bootstrap: str, entries: int) -> tuple[float, dict]:
     argv = [
         sys.executable,
         "-m",
-        "processor_api.read_store_cli",
+        "processor_api.cli.read_store",
         "--bootstrap-servers",
         bootstrap,
         "--application-id",

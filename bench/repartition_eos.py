@@ -44,6 +44,7 @@ from bench.common import (
     outcome_dicts,
     ratio,
     run_command,
+    run_topology_module,
     stats,
     write_result,
 )
@@ -86,7 +87,7 @@ def _run(
     cmd = [
         PYTHON,
         "-m",
-        "processor_api.cli",
+        run_topology_module(library),
         "topologies.word_count:build_topology",
         "--bootstrap-servers",
         bootstrap,

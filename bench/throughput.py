@@ -46,6 +46,7 @@ from bench.common import (
     outcome_dicts,
     ratio,
     run_command,
+    run_topology_module,
     summarize,
     topic_end_offsets,
 )
@@ -85,7 +86,7 @@ def before_cmd(
     return [
         PYTHON,
         "-m",
-        "processor_api.cli",
+        run_topology_module(str(BASELINE_DIR)),
         *processor_api_cmd(bootstrap, topic, state_dir, app_id, extra)[1:],
     ]
 

@@ -33,6 +33,7 @@ from bench.common import (
     outcome_dicts,
     produce_input,
     run_command,
+    run_topology_module,
     stats,
     write_result,
 )
@@ -46,9 +47,11 @@ WORKERS = "workers"
 TASK_HOSTS = f"task hosts ({BASELINE_REV})"
 
 
-def _command(topic: str, repartition: str | None, state_dir: str, app_id: str) -> list[str]:
+def _command(
+    topic: str, repartition: str | None, state_dir: str, app_id: str, library: Path = REPO_DIR
+) -> list[str]:
     cmd = [
-        PYTHON, "-m", "processor_api.cli", "topologies.count_per_key:build_topology",
+        PYTHON, "-m", run_topology_module(library), "topologies.count_per_key:build_topology",
         "--bootstrap-servers", "BOOTSTRAP", "--application-id", app_id, "--state-dir", state_dir,
         "--available-now", "--master", MASTER,
         "--topology-arg", f"input_topic={json.dumps(topic)}",
@@ -84,7 +87,7 @@ def run_layout(
             repartition = f"{app_id}-rp" if subtopologies == 2 else None
             if repartition is not None:
                 broker.create_topic(repartition, partitions)
-            cmd = _command(topic, repartition, state_dir, app_id)
+            cmd = _command(topic, repartition, state_dir, app_id, directory)
             cmd[cmd.index("BOOTSTRAP")] = broker.bootstrap
             memory: dict[str, Any] = {}
             wall, code, _, log_path = run_command(

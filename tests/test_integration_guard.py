@@ -60,7 +60,7 @@ def test_unmarked_swallows_the_refusal():
         pass
 
 def test_unmarked_starts_run_topology():
-    subprocess.run([sys.executable, "-m", "processor_api.cli", "--help"], capture_output=True)
+    subprocess.run([sys.executable, "-m", "processor_api.cli.run_topology", "--help"], capture_output=True)
 
 def test_unmarked_runs_plain_python():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -113,7 +113,7 @@ def test_unmarked_tests_that_start_a_broker_or_a_jvm_fail_and_start_nothing(
     text = result.stdout.str()
     assert "started a process: " + str(fakes / "java") in text
     assert "started a process: " + str(fakes / "tansu") in text
-    assert "started a process: run-topology (python -m processor_api.cli)" in text
+    assert "started a process: run-topology (python -m processor_api.cli.run_topology)" in text
     assert "mark it @pytest.mark.integration" in text
     # refused before anything ran: only the marked test ran java and set the broker fixture up
     assert sorted(p.name for p in fakes.glob("*-ran")) == ["java-ran"]
@@ -144,10 +144,16 @@ def test_a_module_mark_counts(pytester: pytest.Pytester, fakes: Path, monkeypatc
         (["/usr/lib/jvm/bin/java", "-cp", "x"], "/usr/lib/jvm/bin/java -cp x"),
         (["/opt/spark/./bin/spark-submit", "pyspark-shell"], "/opt/spark/./bin/spark-submit"),
         ("tansu broker --listener-url tcp://127.0.0.1:9", "tansu broker --listener-url"),
-        ([sys.executable, "-m", "processor_api.cli", "m:f"], "python -m processor_api.cli"),
-        ([sys.executable, "-mprocessor_api.cli"], "python -m processor_api.cli"),
+        (
+            [sys.executable, "-m", "processor_api.cli.run_topology", "m:f"],
+            "python -m processor_api.cli.run_topology",
+        ),
+        (
+            [sys.executable, "-mprocessor_api.cli.run_topology"],
+            "python -m processor_api.cli.run_topology",
+        ),
         ([Path("/usr/local/bin/run-topology"), "m:f"], "run-topology m:f"),
-        ([sys.executable, "-m", "processor_api.broker_cli", "broker"], "processor-api (python"),
+        ([sys.executable, "-m", "processor_api.cli.tools", "broker"], "processor-api (python"),
         ([sys.executable, "-m", "processor_api.runtime.worker_host"], None),
         ([sys.executable, "-c", "import pyspark"], None),
         (["javac"], None),

@@ -69,9 +69,9 @@ def test_readme_example(readme_namespace, name):
 
 
 def test_cli_flags_in_readme_exist():
-    from processor_api.broker_cli import build_parser as build_tool_parser
-    from processor_api.cli import build_parser
-    from processor_api.read_store_cli import build_parser as build_read_store_parser
+    from processor_api.cli.read_store import build_parser as build_read_store_parser
+    from processor_api.cli.run_topology import build_parser
+    from processor_api.cli.tools import build_parser as build_tool_parser
 
     parsers = [build_parser(), build_read_store_parser(), build_tool_parser()]
     for action in parsers[-1]._actions:  # processor-api's sub-commands

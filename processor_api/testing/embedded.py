@@ -19,7 +19,7 @@ offset + 1 (:mod:`processor_api.kafka.offsets` works around it); no aborted-tran
 in Fetch responses, so ``read_committed`` readers see aborted records; topics auto-created by
 metadata requests; only explicitly set configs in DescribeConfigs; a new group's first
 JoinGroup answered after about half the session timeout. ``processor-api broker``
-(:mod:`processor_api.broker_cli`) runs one in the foreground.
+(:mod:`processor_api.cli.tools`) runs one in the foreground.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A test not marked ``integration`` fails when it
   through another fixture: it fails at setup, before the fixture starts anything;
 * starts a process that is a broker or a JVM: ``tansu`` (what ``EmbeddedKafka`` runs), ``java``,
   ``spark-submit``/``spark-class`` (what a SparkSession launches), ``run-topology``
-  (``python -m processor_api.cli``) or ``processor-api broker``. A Python audit hook sees
+  (``python -m processor_api.cli.run_topology``) or ``processor-api broker``. A Python audit hook sees
   every ``subprocess.Popen`` however the module imported it; it refuses to start the process,
   and the test fails even if it caught the exception.
 
@@ -30,7 +30,10 @@ HEAVY_EXECUTABLES = frozenset(
     {"tansu", "java", "spark-submit", "spark-class", "pyspark", "run-topology", "processor-api"}
 )
 #: Modules that, run with ``python -m``, start a topology on Spark or a broker.
-HEAVY_MODULES = {"processor_api.cli": "run-topology", "processor_api.broker_cli": "processor-api"}
+HEAVY_MODULES = {
+    "processor_api.cli.run_topology": "run-topology",
+    "processor_api.cli.tools": "processor-api",
+}
 
 _HINT = (
     "mark it @pytest.mark.integration (or pytestmark = pytest.mark.integration): "

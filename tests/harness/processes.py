@@ -1,6 +1,6 @@
 """``run-topology`` in a subprocess, and killing a whole process tree.
 
-* :class:`CliRun` starts ``python -m processor_api.cli`` from the repository root in its own
+* :class:`CliRun` starts ``python -m processor_api.cli.run_topology`` from the repository root in its own
   session, parses its structlog events from stderr in a thread (:mod:`tests.harness.logs`),
   lets a caller wait for an event and ``kill -9`` the *whole process tree*: the CLI's process
   group (driver + JVM) and the process group of PySpark's worker daemon, which puts itself in
@@ -155,7 +155,7 @@ class RunEnded(Exception):
 
 
 class CliRun:
-    """``python -m processor_api.cli ARGS`` in its own session; stderr parsed into events.
+    """``python -m processor_api.cli.run_topology ARGS`` in its own session; stderr parsed into events.
 
     ``log_path``: a copy of the output (appended). ``stdout_apart``: stdout is kept apart in
     ``stdout_lines`` (default: merged into stderr, in the order written).
@@ -193,7 +193,7 @@ class CliRun:
             self._log.write(f"### {' '.join(self.args)}\n")
         self.started_at = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "processor_api.cli", *self.args],
+            [sys.executable, "-m", "processor_api.cli.run_topology", *self.args],
             cwd=REPO_ROOT,
             env=cli_environment(self.extra_env),
             stdin=subprocess.DEVNULL,
@@ -376,12 +376,12 @@ def run_cli(
     env: dict[str, str] | None = None,
     log_path: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m processor_api.cli ARGS`` to the end (the tree is killed after
+    """``python -m processor_api.cli.run_topology ARGS`` to the end (the tree is killed after
     ``timeout_s``); stdout and stderr captured apart."""
     with CliRun(args, log_path, env, stdout_apart=True) as run:
         code = run.wait(timeout_s)
     return subprocess.CompletedProcess(
-        [sys.executable, "-m", "processor_api.cli", *args],
+        [sys.executable, "-m", "processor_api.cli.run_topology", *args],
         code,
         "".join(f"{line}\n" for line in run.stdout_lines),
         "".join(f"{line}\n" for line in run.lines),

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from processor_api.app_status import application_status
-from processor_api.broker_cli import main as processor_api_main
+from processor_api.cli.app_status import application_status
+from processor_api.cli.tools import main as processor_api_main
 from tests.harness.runs import BackgroundRun, settings_for
 from tests.harness.scrape import get, scrape, total, values, wait_for
 from tests.harness.topics import produce, read_topic, uid

@@ -133,7 +133,7 @@ def _cli(app: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
         [
             sys.executable,
             "-m",
-            "processor_api.read_store_cli",
+            "processor_api.cli.read_store",
             "--bootstrap-servers",
             app["bootstrap"],
             "--application-id",

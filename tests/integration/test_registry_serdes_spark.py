@@ -157,7 +157,7 @@ def _cli(app: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
     topology_args = [f"--topology-arg={k}={v}" for k, v in app["kwargs"].items()]
     return subprocess.run(
         [
-            sys.executable, "-m", "processor_api.read_store_cli",
+            sys.executable, "-m", "processor_api.cli.read_store",
             "--bootstrap-servers", app["bootstrap"],
             "--application-id", app["app_id"],
             "--topology", TOPOLOGY, *topology_args, "users", *args,

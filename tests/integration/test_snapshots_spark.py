@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from processor_api.app_status import application_status
+from processor_api.cli.app_status import application_status
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
 from processor_api.state.manager import wipe_application_state

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from processor_api import read_store
-from processor_api.read_store_cli import main as read_store_main
+from processor_api.cli.read_store import main as read_store_main
 from processor_api.serdes import Serdes
 from processor_api.spark.runner import TopologyRunner
 from processor_api.testing import TopologyTestDriver

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from processor_api.broker_cli import main
+from processor_api.cli.tools import main
 from processor_api.kafka.admin import topic_partitions
 from processor_api.testing.embedded import free_port
 
@@ -25,7 +25,7 @@ def _first_line(stream, timeout_s: float) -> str:
 def test_the_broker_prints_its_address_keeps_running_and_stops_on_ctrl_c():
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "processor_api.broker_cli", "broker", "--port", str(port),
+        [sys.executable, "-m", "processor_api.cli.tools", "broker", "--port", str(port),
          "--topic", "orders:3", "--topic", "customers"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from processor_api.cli import build_parser
+from processor_api.cli.run_topology import build_parser
 from processor_api.errors import BrokerUnavailableError, ConfigError
 from processor_api.kafka import admin, group, offsets, producer, reader, transactions
 from processor_api.kafka.client_config import KafkaClientConfig, parse_properties
@@ -116,7 +116,7 @@ def test_properties_format():
 
 
 def test_cli_flags_merge_file_then_pairs(tmp_path: Path):
-    from processor_api.cli import _check_arguments
+    from processor_api.cli.run_topology import _check_arguments
 
     props = tmp_path / "client.properties"
     props.write_text("client.id=from-file\nsocket.timeout.ms=30000\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from processor_api.cli import _local_broker_defaults
+from processor_api.cli.run_topology import _local_broker_defaults
 from processor_api.kafka.local_broker import (
     TANSU_PRODUCER_LINGER_MS,
     broker_is_tansu,

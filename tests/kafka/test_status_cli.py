@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from processor_api.app_status import application_status, format_table
-from processor_api.broker_cli import main
+from processor_api.cli.app_status import application_status, format_table
+from processor_api.cli.tools import main
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.group import GroupCommitter
 from processor_api.kafka.names import changelog_topic, commit_marker_topic

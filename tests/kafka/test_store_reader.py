@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from processor_api import Processor, Serdes, Stores, Topology
+from processor_api.cli.read_store import main as read_store_main
 from processor_api.errors import StoreError
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.kafka.store_reader import CommittedPosition, StoreLocation, read_partition
-from processor_api.read_store_cli import main as read_store_main
 from processor_api.state.selection import StoreSelection
 from processor_api.state.windowed_types import VersionedRecord
 from tests.harness.topics import produce, uid
@@ -136,7 +136,7 @@ def test_read_store_as_of_is_refused_for_other_kinds_and_bad_times(
 
 
 def test_read_store_takes_as_of_in_epoch_ms_or_iso_8601(history_app, capsys, cli_logging):
-    from processor_api.read_store_cli import _timestamp
+    from processor_api.cli.read_store import _timestamp
 
     same = ("1700000000000", "2023-11-14T22:13:20", "2023-11-14T23:13:20+01:00")
     assert {_timestamp(text) for text in same} == {1_700_000_000_000}

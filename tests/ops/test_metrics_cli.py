@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor_api.cli import main
+from processor_api.cli.run_topology import main
 
 
 def test_a_metrics_port_out_of_range_is_a_setup_error_naming_the_flag(capsys):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from processor_api.cli import main
+from processor_api.cli.run_topology import main
 from processor_api.testing.embedded import free_port
 
 MODULE = "tests.ops.setup_error_topologies"
@@ -20,7 +20,9 @@ MODULE = "tests.ops.setup_error_topologies"
 @pytest.fixture(autouse=True)
 def _keep_logging(monkeypatch):
     """main() would point structlog at pytest's captured stderr, closed after the test."""
-    monkeypatch.setattr("processor_api.cli.configure_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr(
+        "processor_api.cli.run_topology.configure_logging", lambda *args, **kwargs: None
+    )
 
 
 def _run(capsys, tmp_path, topology: str, *extra: str) -> tuple[int, list[str]]:

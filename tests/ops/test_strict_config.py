@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from processor_api.cli import main
+from processor_api.cli.run_topology import main
 from processor_api.config import StreamsConfig, known_keys
 from processor_api.errors import ConfigError
 from processor_api.testing import TopologyTestDriver
@@ -18,7 +18,9 @@ SALES = "topologies.sales_aggregation:build_topology"
 @pytest.fixture(autouse=True)
 def _keep_logging(monkeypatch):
     """main() would point structlog at pytest's captured stderr, closed after the test."""
-    monkeypatch.setattr("processor_api.cli.configure_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr(
+        "processor_api.cli.run_topology.configure_logging", lambda *args, **kwargs: None
+    )
 
 
 NOWHERE = ["--bootstrap-servers", "127.0.0.1:1"]  # never reached: arguments fail first

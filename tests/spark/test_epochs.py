@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from processor_api.cli import main
+from processor_api.cli.run_topology import main
 from processor_api.errors import ConfigError
 from processor_api.spark.epochs import epoch_rows, local_master
 from processor_api.spark.resume import check_checkpoint_mode
@@ -128,7 +128,9 @@ def test_flags_of_the_removed_micro_batch_runtime_stop_the_run_saying_what_to_us
 ) -> None:
     import re
 
-    monkeypatch.setattr("processor_api.cli.configure_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr(
+        "processor_api.cli.run_topology.configure_logging", lambda *args, **kwargs: None
+    )
     code = main(
         ["topologies.count_per_key:build_topology", "--bootstrap-servers", "127.0.0.1:1", *flags]
     )

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``run-topology``; returns the exit status."""
     args = build_parser().parse_args(argv)
     configure_logging(args.log_format, args.log_level)
-    log = get_logger("processor_api.cli")
+    log = get_logger("processor_api.cli.run_topology")
     # JSON logs carry the error as an event; on the console the plain line below says it once
     report = log.error if args.log_format == "json" else log.debug
     try:

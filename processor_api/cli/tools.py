@@ -27,7 +27,7 @@ import sys
 import threading
 from types import FrameType
 
-from processor_api.cli import add_kafka_arguments, kafka_settings
+from processor_api.cli.run_topology import add_kafka_arguments, kafka_settings
 from processor_api.errors import BrokerUnavailableError, ConfigError, StreamsError
 from processor_api.logging import LEVELS, configure_logging
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from processor_api.app_status import application_status, format_table
+    from processor_api.cli.app_status import application_status, format_table
     from processor_api.kafka.client_config import KafkaClientConfig
 
     try:
