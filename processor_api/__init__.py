@@ -49,7 +49,7 @@ from processor_api.state import (
 )
 from processor_api.store_queries import read_store
 from processor_api.topology import Topology
-from processor_api.topology_description import TopologyDescription
+from processor_api.topology.description import TopologyDescription
 
 __version__ = "0.1.0"
 

@@ -43,7 +43,7 @@ def open_store_reader(
     from processor_api.kafka.store_reader import StoreReader
 
     if isinstance(topology, str):
-        from processor_api.loader import load_topology
+        from processor_api.topology.loader import load_topology
 
         topology = load_topology(topology, dict(topology_kwargs or {}))
     kafka = KafkaClientConfig.from_dict(dict(kafka_config)) if kafka_config else None

@@ -123,7 +123,7 @@ def _describe_blocks() -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize(("page", "reference", "printed"), _describe_blocks())
 def test_printed_describe_output_is_current(page, reference, printed):
-    from processor_api.loader import load_topology
+    from processor_api.topology.loader import load_topology
 
     actual = str(load_topology(reference).describe())
     assert printed.rstrip("\n") == actual.rstrip("\n"), page

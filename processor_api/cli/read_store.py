@@ -105,9 +105,9 @@ def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
     from processor_api.cli.run_topology import kafka_settings
     from processor_api.config import StreamsConfig
     from processor_api.kafka.store_reader import store_builder
-    from processor_api.loader import load_topology
     from processor_api.state.snapshots import settings_from_config as snapshot_settings
     from processor_api.store_queries import entry_fields, open_store_reader
+    from processor_api.topology.loader import load_topology
 
     kafka = kafka_settings(args)
     config = StreamsConfig.from_dict(dict(args.config))

@@ -39,7 +39,7 @@ from processor_api.processor import (
 )
 from processor_api.serdes import Serde
 from processor_api.state.builder import StoreBuilder, StoreStack
-from processor_api.topology_nodes import GlobalStoreNode, SourceNode
+from processor_api.topology.nodes import GlobalStoreNode, SourceNode
 
 #: Kafka Streams' task id of the global state update task.
 GLOBAL_TASK_ID = "-1_-1"

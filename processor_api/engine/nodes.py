@@ -15,10 +15,10 @@ from processor_api.engine.sink import SinkNode
 from processor_api.errors import ProcessingError, StreamsError
 from processor_api.processor import Processor, Record, _check_timestamp
 from processor_api.state.key_value import KeyValueIterator
-from processor_api.topology import ProcessorNode as ProcessorDefinition
-from processor_api.topology import SinkNode as SinkDefinition
-from processor_api.topology import SourceNode as SourceDefinition
-from processor_api.topology import SubTopology
+from processor_api.topology.nodes import ProcessorNode as ProcessorDefinition
+from processor_api.topology.nodes import SinkNode as SinkDefinition
+from processor_api.topology.nodes import SourceNode as SourceDefinition
+from processor_api.topology.nodes import SubTopology
 
 if TYPE_CHECKING:
     from processor_api.engine.context import ProcessorContextImpl

@@ -19,7 +19,7 @@ from processor_api.engine.nodes import ProcessorNode
 from processor_api.engine.records import InputRecord
 from processor_api.errors import ProcessingError, StreamsError
 from processor_api.processor import Record
-from processor_api.topology import SourceNode as SourceDefinition
+from processor_api.topology.nodes import SourceNode as SourceDefinition
 
 OnDeserializationError = Callable[[InputRecord, str, Exception], None]
 """``on_error(raw, source_name, exc)``: raises to fail, returns to skip the record."""

@@ -48,7 +48,8 @@ from processor_api.processor import (
     _check_timestamp,
 )
 from processor_api.state.builder import store_factory_in
-from processor_api.topology import SubTopology, Topology
+from processor_api.topology import Topology
+from processor_api.topology.nodes import SubTopology
 
 _log = get_logger("processor_api.setup_check")
 

@@ -20,7 +20,7 @@ from processor_api.errors import ProcessingError, RecordSendError, StreamsError
 from processor_api.processor import Record
 from processor_api.serdes import Serde
 from processor_api.state.key_value import KeyValueStore
-from processor_api.topology import SinkNode as SinkDefinition
+from processor_api.topology.nodes import SinkNode as SinkDefinition
 
 if TYPE_CHECKING:
     from processor_api.engine.nodes import ProcessorNode

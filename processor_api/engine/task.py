@@ -54,7 +54,7 @@ from processor_api.processor import Cancellable, PunctuationType, Record
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.state.changelogging import ChangeRecord
 from processor_api.state.undo import UndoLog
-from processor_api.topology import SubTopology
+from processor_api.topology.nodes import SubTopology
 
 StoreFactory = Callable[[StoreBuilder, Callable[[], int]], StoreStack]
 """``factory(builder, timestamp_fn) -> StoreStack``: how the runtime materializes a store."""

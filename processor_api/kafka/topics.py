@@ -20,7 +20,8 @@ from processor_api.kafka.admin import TopicSpec, ensure_topics, topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import changelog_topic
 from processor_api.logging import get_logger
-from processor_api.topology import SubTopology, Topology
+from processor_api.topology import Topology
+from processor_api.topology.nodes import SubTopology
 
 _log = get_logger("processor_api.topics")
 

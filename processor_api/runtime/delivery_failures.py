@@ -28,7 +28,7 @@ from processor_api.engine.records import OutputRecord
 from processor_api.errors import DeliveryError
 from processor_api.handlers import handler_name
 from processor_api.kafka.delivery import FailedDelivery
-from processor_api.topology import SubTopology
+from processor_api.topology.nodes import SubTopology
 
 #: The timestamp a handler sees for a record whose delivery report carries none.
 NO_TIMESTAMP = -1

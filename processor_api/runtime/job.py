@@ -49,7 +49,7 @@ class JobSpec:
     def load_topology(self) -> Topology:
         """The run's topology: imported by reference, or unpickled."""
         if self.topology_ref is not None:
-            from processor_api.loader import load_topology
+            from processor_api.topology.loader import load_topology
 
             return load_topology(self.topology_ref, self.topology_kwargs)
         from pyspark import cloudpickle

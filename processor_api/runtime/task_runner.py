@@ -45,7 +45,8 @@ from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.state.snapshots import TaskSnapshots
 from processor_api.state.snapshots import settings_from_config as snapshot_settings_from_config
-from processor_api.topology import SubTopology, Topology
+from processor_api.topology import Topology
+from processor_api.topology.nodes import SubTopology
 
 #: A record may wait in the producer's queue this much longer than ``task.timeout.ms`` plus
 #: ``commit.interval.ms``: a task whose commit waits out an outage never sees one of its

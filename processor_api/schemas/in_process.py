@@ -25,7 +25,7 @@ def is_in_process(url: object) -> bool:
 
 def _serdes(topology: Any) -> Iterator[tuple[str, Any]]:
     """Every serde the runtime binds to a topic, with what uses it."""
-    from processor_api.topology_nodes import SinkNode, SourceNode
+    from processor_api.topology.nodes import SinkNode, SourceNode
 
     for node in topology.nodes.values():
         if isinstance(node, SourceNode):

@@ -83,7 +83,7 @@ class TopologyRunner:
             raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
         self._topology_kwargs = dict(topology_kwargs or {})
         if isinstance(topology, str):
-            from processor_api.loader import load_topology
+            from processor_api.topology.loader import load_topology
 
             self._topology_ref: str | None = topology
             self.topology = load_topology(topology, self._topology_kwargs)

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from processor_api import topology_grouping as grouping
 from processor_api.errors import TopologyError
 from processor_api.serdes import Serde, Serdes
 from processor_api.state.builder import StoreBuilder
-from processor_api.topology_description import TopologyDescription
-from processor_api.topology_nodes import (
+from processor_api.topology import grouping
+from processor_api.topology.description import TopologyDescription
+from processor_api.topology.nodes import (
     OFFSET_RESET_POLICIES,
     GlobalStoreNode,
     Node,
@@ -35,11 +35,7 @@ from processor_api.topology_nodes import (
     topic_name_problem,
 )
 
-__all__ = [  # the node types are re-exported: they were first defined here
-    "OFFSET_RESET_POLICIES", "GlobalStoreNode", "Node", "ProcessorNode", "SinkNode", "SourceNode",
-    "StreamPartitioner", "SubTopology", "TimestampExtractor", "TopicNameExtractor", "Topology",
-    "TopologyDescription",
-]  # fmt: skip
+__all__ = ["Topology"]
 
 
 class Topology:

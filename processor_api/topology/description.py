@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from processor_api.topology_nodes import (
+from processor_api.topology.nodes import (
     GlobalStoreNode,
     Node,
     ProcessorNode,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping
 
 from processor_api.errors import TopologyError
-from processor_api.topology_nodes import Node, ProcessorNode, SinkNode, SourceNode, SubTopology
+from processor_api.topology.nodes import Node, ProcessorNode, SinkNode, SourceNode, SubTopology
 
 
 def components(nodes: Mapping[str, Node], store_users: Iterable[list[str]]) -> list[list[str]]:
