@@ -58,7 +58,7 @@ def _confluent_only(registry: str):
     """The Avro serde with every record through confluent_kafka (no fastavro path)."""
     from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
-    from processor_api.schemas.serdes import RegistrySerde, _serializer_conf
+    from processor_api.schemas.registry_serdes import RegistrySerde, _serializer_conf
 
     def make_ser(client):
         return AvroSerializer(client, SCHEMA, conf=_serializer_conf())

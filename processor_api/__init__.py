@@ -5,18 +5,18 @@ from :class:`Stores`, test them with ``processor_api.testing.TopologyTestDriver`
 them on Spark Structured Streaming with the ``run-topology`` command.
 """
 
+from processor_api.error_handlers import (
+    DeadLetterRecord,
+    ErrorHandlerContext,
+    HandlerResponse,
+    HandlerResult,
+)
 from processor_api.errors import (
     ConfigError,
     ProcessingError,
     StoreError,
     StreamsError,
     TopologyError,
-)
-from processor_api.handlers import (
-    DeadLetterRecord,
-    ErrorHandlerContext,
-    HandlerResponse,
-    HandlerResult,
 )
 from processor_api.processor import (
     Cancellable,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from processor_api.error_handlers import resolve_handler
 from processor_api.errors import ConfigError
-from processor_api.handlers import resolve_handler
 from processor_api.restore_listener import resolve_restore_listener
 from processor_api.schemas.registry import client_key, is_registry_key
 

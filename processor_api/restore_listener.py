@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from processor_api.error_handlers import import_callable
 from processor_api.errors import ConfigError
-from processor_api.handlers import import_callable
 
 CONFIG_KEY = "state_restore_listener"
 

@@ -378,7 +378,7 @@ class Serdes:
         ``SchemaRegistryClient`` config dict; ``None`` takes the run's
         ``schema.registry.*`` settings. Needs ``confluent-kafka[avro,schemaregistry]``.
         """
-        from processor_api.schemas.serdes import avro
+        from processor_api.schemas.registry_serdes import avro
 
         return avro(schema, registry)
 
@@ -387,7 +387,7 @@ class Serdes:
         schema: str | None = None, *, registry: str | Mapping[str, Any] | None = None
     ) -> Serde:
         """JSON Schema with a Confluent Schema Registry; values are dicts (see :meth:`avro`)."""
-        from processor_api.schemas.serdes import json_schema
+        from processor_api.schemas.registry_serdes import json_schema
 
         return json_schema(schema, registry)
 
@@ -395,6 +395,6 @@ class Serdes:
     def protobuf(message_type: Any, *, registry: str | Mapping[str, Any] | None = None) -> Serde:
         """Protobuf messages of ``message_type`` with a Confluent Schema Registry (see
         :meth:`avro`); the schema registered is the message's file descriptor."""
-        from processor_api.schemas.serdes import protobuf
+        from processor_api.schemas.registry_serdes import protobuf
 
         return protobuf(message_type, registry)

@@ -25,7 +25,7 @@ from typing import Any
 
 from processor_api.config import StreamsConfig
 from processor_api.engine.context import InitErrorHandler, RecordContext, init_error
-from processor_api.engine.handlers import ErrorHandling
+from processor_api.engine.error_handling import ErrorHandling
 from processor_api.engine.records import InputRecord, OutputRecord
 from processor_api.errors import ProcessingError, StoreError, StreamsError
 from processor_api.logging import get_logger

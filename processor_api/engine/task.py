@@ -32,8 +32,8 @@ from processor_api.engine.context import (
     RecordContext,
     init_error,
 )
+from processor_api.engine.error_handling import ErrorHandling
 from processor_api.engine.global_task import GlobalTask
-from processor_api.engine.handlers import ErrorHandling
 from processor_api.engine.idle_time import IdleStreamTime
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.nodes import NodeGraph, ProcessorNode

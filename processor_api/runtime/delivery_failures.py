@@ -23,10 +23,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from processor_api.config import StreamsConfig
-from processor_api.engine.handlers import ErrorHandling
+from processor_api.engine.error_handling import ErrorHandling
 from processor_api.engine.records import OutputRecord
+from processor_api.error_handlers import handler_name
 from processor_api.errors import DeliveryError
-from processor_api.handlers import handler_name
 from processor_api.kafka.delivery import FailedDelivery
 from processor_api.topology.nodes import SubTopology
 

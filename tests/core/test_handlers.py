@@ -22,7 +22,7 @@ from processor_api import (
     Windowed,
 )
 from processor_api.config import StreamsConfig
-from processor_api.engine.handlers import FatalProcessingError, handle_production_error
+from processor_api.engine.error_handling import FatalProcessingError, handle_production_error
 from processor_api.engine.records import InputRecord, OutputRecord
 from processor_api.errors import RecordSendError
 from processor_api.state.batch_buffer import BatchBufferBytesStore

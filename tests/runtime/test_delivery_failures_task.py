@@ -26,8 +26,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from processor_api import Processor, Record, Serdes, Topology
+from processor_api.error_handlers import DeadLetterRecord, HandlerResponse
 from processor_api.errors import DeliveryError, RecordSendError
-from processor_api.handlers import DeadLetterRecord, HandlerResponse
 from processor_api.kafka.group import committed_offsets
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime.epoch_runner import EpochControl, EpochTaskRunner
@@ -206,7 +206,7 @@ def test_fail_fails_the_epoch_naming_topic_partition_and_cause(kafka, tmp_path, 
     assert str(result) == (
         f"delivery to topic '{TOPICS['lost']}' partition 3 failed: _UNKNOWN_PARTITION: "
         "Local: Unknown partition; 1 record(s) failed in total; the production exception "
-        "handler processor_api.handlers:log_and_fail answered fail"
+        "handler processor_api.error_handlers:log_and_fail answered fail"
     )
     assert run.group() == {}  # nothing committed past the failed epoch
 

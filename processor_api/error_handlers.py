@@ -11,7 +11,7 @@ Three settings choose the handlers:
 Each is ``log_and_fail`` (the default), ``log_and_continue``, or ``"module:callable"`` naming a
 function ``handler(context, record, error) -> HandlerResponse``::
 
-    from processor_api.handlers import ErrorHandlerContext, HandlerResponse
+    from processor_api.error_handlers import ErrorHandlerContext, HandlerResponse
 
     def skip_value_errors(context: ErrorHandlerContext, record, error: Exception):
         if isinstance(error, ValueError):

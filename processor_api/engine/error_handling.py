@@ -1,5 +1,5 @@
 """What a task does with a record it cannot deserialize, process or produce: it asks the
-configured exception handler (see :mod:`processor_api.handlers`), produces the dead-letter
+configured exception handler (see :mod:`processor_api.error_handlers`), produces the dead-letter
 records of its response, then fails or goes on.
 
 * deserialization error: ``FAIL`` raises a ``ProcessingError`` naming the record; ``RESUME``
@@ -28,8 +28,7 @@ from processor_api.config import StreamsConfig
 from processor_api.engine.context import RecordContext
 from processor_api.engine.records import InputRecord, OutputRecord
 from processor_api.engine.sink import SerializationOrigin, SinkNode, sink_error
-from processor_api.errors import ProcessingError
-from processor_api.handlers import (
+from processor_api.error_handlers import (
     ERROR_HEADER_PREFIX,
     ErrorHandlerContext,
     ExceptionHandler,
@@ -37,6 +36,7 @@ from processor_api.handlers import (
     handler_name,
     resolve_handler,
 )
+from processor_api.errors import ProcessingError
 from processor_api.logging import get_logger
 from processor_api.processor import Record
 from processor_api.state.undo import UndoLog
