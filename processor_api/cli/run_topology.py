@@ -320,7 +320,7 @@ def _local_broker_defaults(
 def _run(args: argparse.Namespace, log: Any) -> int:
     from processor_api.config import StreamsConfig
     from processor_api.runtime.executor_dirs import state_dirs_here
-    from processor_api.schemas.in_process import refuse_in_process_registries
+    from processor_api.spark.mock_registries import refuse_in_process_registries
     from processor_api.spark.runner import RunSettings, TopologyRunner
     from processor_api.state.locks import ApplicationLock
     from processor_api.state.manager import wipe_application_state

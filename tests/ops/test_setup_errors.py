@@ -102,7 +102,7 @@ def test_a_mock_registry_named_by_a_serde_is_refused_on_spark(capsys, tmp_path):
 
 def test_every_place_a_serde_can_name_a_mock_registry_is_found():
     from processor_api import Processor, Serdes, Stores, Topology
-    from processor_api.schemas.in_process import in_process_registries
+    from processor_api.spark.mock_registries import in_process_registries
     from tests.ops.setup_error_topologies import VISIT
 
     class Keep(Processor):

@@ -5,6 +5,9 @@ process of its own (and the driver in another), so each process has its own empt
 schema one task registers is unknown to the next task reading its records, which fails in a
 worker with ``Schema Not Found (HTTP 404)`` long after the run started. ``run-topology``
 therefore refuses one at start, naming where it is given and what to use instead.
+
+It is a check of a run on Spark, over the topology's nodes, so it lives with the driver
+(``spark/``) rather than with the serdes in ``schemas/``, which the topology imports.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from processor_api.errors import ConfigError
+from processor_api.topology.nodes import SinkNode, SourceNode
 
 #: The URL scheme of ``confluent_kafka``'s in-process mock registry.
 MOCK_SCHEME = "mock://"
@@ -25,8 +29,6 @@ def is_in_process(url: object) -> bool:
 
 def _serdes(topology: Any) -> Iterator[tuple[str, Any]]:
     """Every serde the runtime binds to a topic, with what uses it."""
-    from processor_api.topology.nodes import SinkNode, SourceNode
-
     for node in topology.nodes.values():
         if isinstance(node, SourceNode):
             where = f"source {node.name!r} (topics {', '.join(node.topics)})"
