@@ -43,7 +43,7 @@ from processor_api.kafka.reader import PartitionReader
 from processor_api.logging import get_logger
 
 if TYPE_CHECKING:
-    from processor_api.runtime.patience import Patience
+    from processor_api.kafka.waiting import BrokerWait
 
 _log = get_logger("processor_api.transactions")
 
@@ -94,7 +94,7 @@ class TransactionalProducers:
         producer_config: dict | None = None,
         *,
         kafka: KafkaClientConfig | None = None,
-        patience: Patience | None = None,
+        patience: BrokerWait | None = None,
         message_timeout_ms: int = DEFAULT_MESSAGE_TIMEOUT_MS,
     ) -> None:
         self._bootstrap = bootstrap_servers
