@@ -49,6 +49,7 @@ from processor_api.engine.punctuation import (
 from processor_api.engine.records import InputRecord, RecordCollector
 from processor_api.engine.sink import SinkNode
 from processor_api.errors import ProcessingError
+from processor_api.kafka.names import changelog_topic
 from processor_api.logging import get_logger
 from processor_api.processor import Cancellable, PunctuationType, Record
 from processor_api.state.builder import StoreBuilder, StoreStack
@@ -128,8 +129,7 @@ class Task:
         )
         self.stores: dict[str, StoreStack] = {}
         for store_name in subtopology.store_names:
-            # Kafka Streams' changelog topic name (kafka/names.py; engine does not import kafka)
-            changelog = f"{self.application_id}-{store_name}-changelog"
+            changelog = changelog_topic(self.application_id, store_name)
             builder = store_builders[store_name].bound_to(changelog, self.config.schema_registry)
             self.stores[store_name] = store_factory(builder, self._current_record_timestamp)
         self._attach_ttl_clocks()
