@@ -44,11 +44,13 @@ test-slow: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
-## lint: what CI checks before the tests (ruff lint rules and formatting)
+## lint: what CI checks before the tests (ruff lint rules and formatting, and the import
+## contract of pyproject.toml: packages import downwards only)
 LINT_PATHS := processor_api topologies tests bench
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/lint-imports --no-cache
 
 ## typecheck: mypy over processor_api (settings in pyproject.toml; CI runs it after lint)
 typecheck: $(STAMP)
