@@ -37,7 +37,7 @@ from processor_api.processor import (
     Record,
     RecordMetadata,
 )
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.builder import StoreBuilder, StoreStack
 from processor_api.topology.nodes import GlobalStoreNode, SourceNode
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from processor_api.engine.records import OutputRecord, RecordCollector
 from processor_api.errors import ProcessingError, RecordSendError, StreamsError
 from processor_api.processor import Record
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.key_value import KeyValueStore
 from processor_api.topology.nodes import SinkNode as SinkDefinition
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from processor_api.errors import ConfigError
 from processor_api.schemas.registry import client_config, client_for
-from processor_api.serdes import Serde, SerializationError
+from processor_api.serde import Serde, SerializationError
 
 MakeSerializer = Callable[[Any], Callable[[Any, Any], bytes]]
 MakeDeserializer = Callable[[Any], Callable[[bytes, Any], Any]]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from processor_api.errors import StoreError
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import BytesStore
 from processor_api.state.caching import DEFAULT_MAX_ENTRIES, CachingBytesStore
 from processor_api.state.changelogging import ChangeLoggingBytesStore

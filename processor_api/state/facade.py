@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from processor_api.logging import get_logger
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import BytesStore
 from processor_api.state.segments import SegmentedBytesStore
 from processor_api.state.typed_store import TypedStore

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.manager import TASK_DIR_PATTERN
 from processor_api.state.rocksdb import RocksDBBytesStore
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import BytesStore, KeyValue
 from processor_api.state.iterators import NO_PEEK, PeekableIterator
 from processor_api.state.typed_store import TypedStore

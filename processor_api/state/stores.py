@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from processor_api.errors import StoreError
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.builder import (
     KeyValueBytesStoreSupplier,
     StoreBuilder,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from processor_api.errors import StoreError
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import BytesStore
 from processor_api.state.key_schemas import TIMESTAMP_SIZE, pack_long, unpack_long
 from processor_api.state.key_value import KeyValueStore

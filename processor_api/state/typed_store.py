@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from processor_api.errors import StoreError
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 
 
 def check_time(store: str, what: str, value: Any) -> int:

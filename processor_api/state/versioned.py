@@ -24,7 +24,7 @@ from typing import Any
 
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import BytesStore, InnerLayer
 from processor_api.state.changelogging import ChangeRecord
 from processor_api.state.facade import find_layer

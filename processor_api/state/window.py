@@ -7,7 +7,7 @@ from typing import Any, overload
 
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import BytesStore, KeyValue
 from processor_api.state.facade import TimeOrderedStore
 from processor_api.state.iterators import StoreIterator, WindowStoreIterator

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from processor_api.errors import StreamsError
 from processor_api.processor import Record
-from processor_api.serdes import Serde
+from processor_api.serde import Serde
 from processor_api.state.base import KeyValue
 
 if TYPE_CHECKING:
