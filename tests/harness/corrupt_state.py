@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from processor_api.kafka.names import changelog_topic
 from processor_api.serdes import Serdes
 from processor_api.state import Stores
 from processor_api.state.builder import StoreBuilder
@@ -35,7 +36,7 @@ def task_stores(directory: Path, app: str, builder: StoreBuilder | None = None) 
         partition=0,
         directory=directory,
         builders={builder.name: builder},
-        changelog_topics={builder.name: f"{app}-{builder.name}-changelog"},
+        changelog_topics={builder.name: changelog_topic(app, builder.name)},
         timestamp_fn=lambda: 0,
     )
     stores.build(builder, lambda: 0)

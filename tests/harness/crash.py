@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from processor_api.kafka.names import commit_marker_topic
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
 from tests.harness.folds import (
@@ -270,6 +271,6 @@ class CrashScenario:
             expected, notifications_by_product(kept), self.guarantee, totals, store
         )
         if self.guarantee == "exactly_once_v2":
-            markers = topic_transaction_status(self.bootstrap, f"{self.app_id}-task-commits")
+            markers = topic_transaction_status(self.bootstrap, commit_marker_topic(self.app_id))
             self.report.aborted_markers = sum(1 for s in markers.values() if s == "aborted")
         return self.report

@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 
 from processor_api import Serdes, read_store
 from processor_api.errors import MissingTopicError
+from processor_api.kafka.names import changelog_topic
 from processor_api.spark.runner import TopologyRunner
 from processor_api.store_queries import entry_fields, open_store_reader
 from processor_api.testing import TopologyTestDriver
@@ -217,7 +218,7 @@ def test_records_after_the_last_commit_are_not_read(stopped_app):
     broker shows both to a read_committed consumer (Tansu shows aborted records), read-store
     stops at the marker's offset."""
     app = stopped_app
-    changelog = f"{app['app_id']}-counts-changelog"
+    changelog = changelog_topic(app["app_id"], "counts")
     producer = Producer(
         {"bootstrap.servers": app["bootstrap"], "transactional.id": f"ghost-{uid()}"}
     )

@@ -24,6 +24,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from processor_api import read_store
 from processor_api.errors import ConfigError
+from processor_api.kafka.names import changelog_topic
 from processor_api.spark.runner import TopologyRunner
 from tests.harness.processes import REPO_ROOT, cli_environment
 from tests.harness.runs import settings_for
@@ -125,7 +126,7 @@ def test_a_record_of_an_unknown_schema_id_is_a_dead_letter_naming_subject_and_id
 
 
 def test_the_store_changelog_is_avro_under_the_changelog_topics_subject(avro_app, schema_registry):
-    changelog = f"{avro_app['app_id']}-users-changelog"
+    changelog = changelog_topic(avro_app["app_id"], "users")
     topics = avro_app["kwargs"]
     assert schema_registry.subjects(avro_app["registry"]) == sorted(
         [

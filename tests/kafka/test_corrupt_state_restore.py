@@ -9,6 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from processor_api.kafka import reader as reader_module
+from processor_api.kafka.names import changelog_topic
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from tests.harness.corrupt_state import CORRUPTIONS, STORE, task_stores
 from tests.harness.topics import uid
@@ -21,7 +22,7 @@ def test_a_damaged_store_is_restored_from_its_changelog_to_its_contents_before(
     kafka, tmp_path, corruption
 ):
     app = uid("corrupt-restore")
-    changelog = f"{app}-{STORE}-changelog"
+    changelog = changelog_topic(app, STORE)
     kafka.create_topic(changelog, 1)
     task_dir = tmp_path / app / "0_0"
     tracker = DeliveryTracker(make_producer(kafka.bootstrap_servers))

@@ -12,6 +12,7 @@ from processor_api import StateRestoreListener
 from processor_api.config import StreamsConfig
 from processor_api.errors import ConfigError
 from processor_api.kafka import reader as reader_module
+from processor_api.kafka.names import changelog_topic
 from processor_api.restore_listener import TopicPartition, resolve_restore_listener
 from processor_api.serdes import Serdes
 from processor_api.state import Stores
@@ -45,7 +46,7 @@ def _stores(tmp_path, app: str) -> TaskStores:
         partition=1,
         directory=tmp_path / "0_1",
         builders={STORE: builder},
-        changelog_topics={STORE: f"{app}-{STORE}-changelog"},
+        changelog_topics={STORE: changelog_topic(app, STORE)},
         timestamp_fn=lambda: 0,
     )
     stores.build(builder, lambda: 0)
@@ -57,7 +58,7 @@ def test_the_listener_sees_start_every_batch_and_end_of_a_real_restore(
     kafka, tmp_path, monkeypatch
 ):
     app = uid("restore-listener")
-    topic = f"{app}-{STORE}-changelog"
+    topic = changelog_topic(app, STORE)
     kafka.create_topic(topic, 2)
     long = Serdes.long()
     records = [(f"k{i % 7}".encode(), long.serialize(i), 1) for i in range(25)]

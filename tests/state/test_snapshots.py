@@ -15,6 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from processor_api import Serdes, Stores
+from processor_api.kafka.names import changelog_topic
 from processor_api.state.manager import TaskStores
 from processor_api.state.snapshot_files import StoreSnapshotDir, open_location
 from processor_api.state.snapshots import UPLOADER, SnapshotSettings, TaskSnapshots
@@ -79,7 +80,7 @@ def _task_stores(directory: Path, builder, app: str, settings: SnapshotSettings 
         partition=0,
         directory=directory,
         builders={builder.name: builder},
-        changelog_topics={builder.name: f"{app}-{builder.name}-changelog"},
+        changelog_topics={builder.name: changelog_topic(app, builder.name)},
         timestamp_fn=lambda: 5,
         snapshots=snapshots,
     )

@@ -23,6 +23,7 @@ from processor_api import (
     ValueAndTimestamp,
     Windowed,
 )
+from processor_api.kafka.names import changelog_topic
 from processor_api.state import ChangeRecord
 from processor_api.state.manager import TaskStores
 
@@ -255,7 +256,7 @@ def test_task_stores_restore_each_kind_from_its_changelog(tmp_path, inner_kind, 
         partition=0,
         directory=tmp_path / "one",
         builders={builder.name: builder},
-        changelog_topics={builder.name: f"{app}-{builder.name}-changelog"},
+        changelog_topics={builder.name: changelog_topic(app, builder.name)},
         timestamp_fn=lambda: 5,
     )
     stack = first.build(builder, lambda: 5)
@@ -283,12 +284,12 @@ def test_task_stores_restore_each_kind_from_its_changelog(tmp_path, inner_kind, 
         partition=0,
         directory=tmp_path / "two",
         builders={builder.name: builder},
-        changelog_topics={builder.name: f"{second_app}-{builder.name}-changelog"},
+        changelog_topics={builder.name: changelog_topic(second_app, builder.name)},
         timestamp_fn=lambda: 5,
     )
     restored_stack = second.build(builder, lambda: 5)
     assert second.restore({builder.name: len(changes)}, reader) == {builder.name: len(changes)}
-    topic = f"{second_app}-{builder.name}-changelog"
+    topic = changelog_topic(second_app, builder.name)
     assert calls == [(topic, 0, len(changes), kind == "versioned")]
     assert contents(second.stacks[builder.name].store) == expected
     assert restored_stack.store is second.stacks[builder.name].store
