@@ -387,10 +387,24 @@ class TaskRunner:
         if stores is not None:
             stores.close()
 
+    def _snapshot_on_close(self) -> None:
+        if self._stores is None:
+            return
+        try:
+            self._stores.snapshot_on_close()
+        except Exception as exc:  # noqa: BLE001 - a snapshot costs warmth, never the close
+            self._log.warning("snapshot_on_close_failed", error=f"{type(exc).__name__}: {exc}")
+
     def close(self) -> None:
-        """The task leaves this process: close it, its producer and consumer, free its lock."""
+        """The task leaves this process: close it, its producer and consumer, free its lock.
+
+        A close is clean (the run ended, the task moved to another worker): its stores are
+        snapshotted at its last commit first. A task dropped on a failure, a fencing or an
+        abandoned epoch has no stores left open here, so nothing is snapshotted for it.
+        """
         started = time.monotonic()
         try:
+            self._snapshot_on_close()
             self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()
