@@ -12,8 +12,8 @@ from processor_api.app_status import application_status, format_table
 from processor_api.broker_cli import main
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.group import GroupCommitter
+from processor_api.kafka.markers import marker_value
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
-from processor_api.kafka.transactions import marker_value
 from tests.harness.topics import produce, uid
 
 pytestmark = pytest.mark.integration
