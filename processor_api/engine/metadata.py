@@ -24,7 +24,7 @@ class CommitState:
       committed from aborted ones by it (``kafka/batch_stamps.py``);
     * ``offsets``: the input offsets the batch committed to the consumer group (exactly-once:
       in its transaction), by which recovery tells a marker of an aborted transaction that
-      the broker shows (Tansu) from a committed one (``runtime/guarantee.py``).
+      the broker shows (Tansu) from a committed one (``CommitLog.newer``, ``kafka/markers.py``).
     """
 
     sequence: int = 0

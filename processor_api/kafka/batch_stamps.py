@@ -27,7 +27,7 @@ visible too, but a downstream task never reads that batch's records before the u
 done the batch again: they lie past the repartition partition's last stable offset until the
 upstream's new producer fences the open transaction, which happens in the upstream task's
 rebuilt incarnation; its first commit (its marker naming the new writer, the old marker
-passed over by recovery, see ``runtime/guarantee.py``) makes the redone records readable.
+passed over by recovery, see ``kafka/markers.py``) makes the redone records readable.
 """
 
 from __future__ import annotations

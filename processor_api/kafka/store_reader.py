@@ -31,7 +31,7 @@ What this excludes, and why it holds on Apache Kafka as on the embedded broker:
   ``read_committed`` consumer stops anyway.
 * a marker of an aborted transaction is never seen on Apache Kafka (``read_committed``); on
   Tansu it is, and is taken as the task's last commit here; the application's recovery passes
-  it over (the consumer group shows the transaction did not commit, ``runtime/guarantee.py``) and
+  it over (the consumer group shows the transaction did not commit, ``kafka/markers.py``) and
   does the batch again, so between such a crash and the next start this reader shows that
   batch's writes on Tansu.
   Aborted records *between* two committed batches (a batch that aborted and was retried) are

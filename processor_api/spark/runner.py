@@ -127,7 +127,7 @@ class TopologyRunner:
                 [TopicSpec(dead_letter, partitions, {})],
                 kafka=kafka,
             )
-        # both guarantees keep each task's commit markers there (runtime/guarantee.py)
+        # both guarantees keep each task's commit markers there (kafka/markers.py)
         ensure_topics(
             self.settings.bootstrap_servers,
             [
