@@ -73,7 +73,7 @@ def write_state(broker: Broker, entries: int) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     from processor_api.engine.metadata import TaskMetadata
-    from processor_api.kafka.transactions import marker_value
+    from processor_api.kafka.markers import marker_value
 
     broker.create_topic(INPUT, 1)
     broker.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})

@@ -285,6 +285,27 @@ class StreamsConfig:
         if self.state_snapshot_location is not None:
             self.state_snapshot_location = str(self.state_snapshot_location) or None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as :meth:`from_dict` takes them back: every field by its name (so a
+        new field is carried without being listed anywhere), the guarantee by its value, the
+        registry settings as ``schema.registry.*`` keys and ``extra`` keys at the top level.
+
+        ``StreamsConfig.from_dict(config.to_dict()) == config`` holds for a valid config; the
+        driver hands this dict to the executors (``spark/runner.py``, ``runtime/job.py``).
+        """
+        settings: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "extra":
+                settings.update(value)
+            elif item.name == "schema_registry":
+                settings.update({f"schema.registry.{k}": v for k, v in value.items()})
+            elif isinstance(value, Enum):
+                settings[item.name] = value.value
+            else:
+                settings[item.name] = value
+        return settings
+
     @property
     def commit_interval(self) -> int:
         """``commit.interval.ms`` in force: the one set, else Kafka Streams' default for the

@@ -5,7 +5,7 @@ Only the broker is asked:
 * the commit markers topic (``<application.id>-task-commits``, one partition per task): each
   task's last committed marker (read_committed) names the task and carries its metadata (input
   positions, stream time, changelog offsets); the marker record's timestamp is the commit's
-  time;
+  time (``kafka/markers.py``);
 * the consumer group ``<application.id>``: the committed offset of each input partition;
 * the end offsets of the input partitions (the lag is end minus committed) and of the
   changelog partitions (with their beginning offsets: the records each changelog holds).
@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from processor_api.engine.metadata import TaskMetadata
-from processor_api.errors import StreamsError
 from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.group import committed_offsets
+from processor_api.kafka.markers import latest_markers
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.kafka.offsets import beginning_offsets, end_offsets
-from processor_api.kafka.reader import PartitionReader
 
 #: The last offsets of a marker partition read first (then 16 times more, and so on).
 MARKER_TAIL = 16
@@ -96,13 +95,6 @@ class ApplicationStatus:
         return json.dumps(data, indent=2, sort_keys=True)
 
 
-@dataclass(frozen=True)
-class _Marker:
-    task_id: str
-    timestamp_ms: int
-    metadata: TaskMetadata
-
-
 def application_status(
     bootstrap_servers: str,
     application_id: str,
@@ -119,15 +111,20 @@ def application_status(
     partitions = topic_partitions(
         bootstrap_servers, [topic], kafka=kafka, role="commit markers topic"
     )[topic]
-    markers = _latest_markers(bootstrap_servers, topic, partitions, kafka)
+    markers = [
+        (marker, TaskMetadata.from_dict(marker.metadata))
+        for marker in latest_markers(
+            bootstrap_servers, topic, partitions, kafka=kafka, tail=MARKER_TAIL
+        )
+    ]
     inputs = sorted(
-        {(name, _partition_of(m.task_id)) for m in markers for name in m.metadata.input_positions}
+        {(name, _partition_of(m.task_id)) for m, data in markers for name in data.input_positions}
     )
     changelogs = sorted(
         {
             (changelog_topic(application_id, store), _partition_of(m.task_id))
-            for m in markers
-            for store in m.metadata.changelog_offsets
+            for m, data in markers
+            for store in data.changelog_offsets
         }
     )
     committed = committed_offsets(bootstrap_servers, application_id, inputs, kafka=kafka)
@@ -135,9 +132,8 @@ def application_status(
     starts = beginning_offsets(bootstrap_servers, changelogs, kafka=kafka) if changelogs else {}
     now_ms = int(time.time() * 1000)
     tasks = []
-    for marker in markers:
+    for marker, metadata in markers:
         partition = _partition_of(marker.task_id)
-        metadata = marker.metadata
         task_inputs = []
         for name in sorted(metadata.input_positions):
             key = (name, partition)
@@ -174,56 +170,6 @@ def _partition_of(task_id: str) -> int:
 def _task_order(task: TaskStatus) -> tuple[int, int]:
     sub, _, partition = task.task_id.partition("_")
     return int(sub), int(partition)
-
-
-def _latest_markers(
-    bootstrap_servers: str, topic: str, partitions: int, kafka: KafkaClientConfig | None
-) -> list[_Marker]:
-    """The last committed marker in each partition of the markers topic (if any)."""
-    keys = [(topic, p) for p in range(partitions)]
-    ends = end_offsets(bootstrap_servers, keys, isolation_level="read_committed", kafka=kafka)
-    firsts = beginning_offsets(bootstrap_servers, keys, kafka=kafka)
-    markers = []
-    with PartitionReader(
-        bootstrap_servers,
-        "status-reader",
-        isolation_level="read_committed",
-        fail_on_data_loss=False,
-        kafka=kafka,
-        stall_timeout_s=30.0,
-    ) as reader:
-        for key in keys:
-            first, end = firsts.get(key, 0), ends.get(key, 0)
-            window = MARKER_TAIL
-            while end > first:
-                start = max(first, end - window)
-                found = _last_keyed(reader, topic, key[1], start, end)
-                if found is not None or start <= first:
-                    if found is not None:
-                        markers.append(found)
-                    break
-                window *= 16
-    return markers
-
-
-def _last_keyed(
-    reader: PartitionReader, topic: str, partition: int, start: int, end: int
-) -> _Marker | None:
-    latest = None
-    for messages in reader.read(topic, partition, start, end):
-        for message in messages:
-            if message.key() is not None and message.value() is not None:
-                latest = message
-    if latest is None:
-        return None
-    try:
-        data = json.loads(latest.value())
-        metadata = TaskMetadata.from_json(json.dumps(data["metadata"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StreamsError(
-            f"commit marker at {topic}[{partition}]@{latest.offset()} is not readable: {exc}"
-        ) from exc
-    return _Marker(latest.key().decode(), latest.timestamp()[1], metadata)
 
 
 def format_table(status: ApplicationStatus) -> str:

@@ -24,7 +24,7 @@ class CommitState:
       committed from aborted ones by it (``kafka/batch_stamps.py``);
     * ``offsets``: the input offsets the batch committed to the consumer group (exactly-once:
       in its transaction), by which recovery tells a marker of an aborted transaction that
-      the broker shows (Tansu) from a committed one (``runtime/guarantee.py``).
+      the broker shows (Tansu) from a committed one (``CommitLog.newer``, ``kafka/markers.py``).
     """
 
     sequence: int = 0
@@ -71,9 +71,15 @@ class TaskMetadata:
 
     @classmethod
     def from_json(cls, text: str | bytes | None) -> TaskMetadata:
+        """The metadata in ``text`` (Spark's GroupState); empty text: a task that never
+        committed."""
         if not text:
             return cls()
-        data = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskMetadata:
+        """The metadata of a decoded JSON object (a commit marker's, ``kafka/markers.py``)."""
         extra = dict(data.get("extra", {}))
         # checkpoints written before CommitState kept these two in ``extra``
         commit = data.get("commit") or {

@@ -27,21 +27,20 @@ visible too, but a downstream task never reads that batch's records before the u
 done the batch again: they lie past the repartition partition's last stable offset until the
 upstream's new producer fences the open transaction, which happens in the upstream task's
 rebuilt incarnation; its first commit (its marker naming the new writer, the old marker
-passed over by recovery, see ``runtime/guarantee.py``) makes the redone records readable.
+passed over by recovery, see ``kafka/markers.py``) makes the redone records readable.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from processor_api.errors import StreamsError
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.markers import CommitMarker, decode_marker, read_latest_marker
 from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.reader import PartitionReader
-from processor_api.kafka.transactions import read_latest_marker
 from processor_api.logging import get_logger
 
 STAMP_HEADER = "__processor_api.batch"
@@ -182,7 +181,7 @@ class CommittedBatches:
         )
         if marker is None:
             return _Committed()
-        return _parse(marker.sequence, marker.metadata_json, marker.offset + 1)
+        return _committed(marker, marker.end)
 
     def _read_on(self, task_id: str, committed: _Committed) -> _Committed:
         """``committed`` updated with the task's markers up to the partition's stable end."""
@@ -202,8 +201,7 @@ class CommittedBatches:
             for message in batch.messages:
                 end = message.offset() + 1
                 if message.key() == key:
-                    data = json.loads(message.value())
-                    latest = _parse(int(data["sequence"]), json.dumps(data["metadata"]), end)
+                    latest = _committed(decode_marker(message, *tp), end)
             if batch.end is not None:
                 end = max(end, batch.end)
         latest.next_offset = max(end, latest.next_offset)
@@ -224,10 +222,8 @@ class CommittedBatches:
             self._reader = None
 
 
-def _parse(sequence: int, metadata_json: str, next_offset: int) -> _Committed:
-    commit = json.loads(metadata_json).get("commit", {})
-    runs = [(int(first), str(writer)) for first, writer in commit.get("writers", [])]
-    return _Committed(sequence, runs, next_offset)
+def _committed(marker: CommitMarker, next_offset: int) -> _Committed:
+    return _Committed(marker.sequence, marker.writer_runs, next_offset)
 
 
 def split_stamp(

@@ -31,7 +31,7 @@ What this excludes, and why it holds on Apache Kafka as on the embedded broker:
   ``read_committed`` consumer stops anyway.
 * a marker of an aborted transaction is never seen on Apache Kafka (``read_committed``); on
   Tansu it is, and is taken as the task's last commit here; the application's recovery passes
-  it over (the consumer group shows the transaction did not commit, ``runtime/guarantee.py``) and
+  it over (the consumer group shows the transaction did not commit, ``kafka/markers.py``) and
   does the batch again, so between such a crash and the next start this reader shows that
   batch's writes on Tansu.
   Aborted records *between* two committed batches (a batch that aborted and was retried) are
@@ -44,7 +44,6 @@ be at different commits (as a Kafka Streams instance's stores are).
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -55,10 +54,10 @@ from typing import Any
 from processor_api.errors import ConfigError, MissingTopicError, StreamsError
 from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.markers import CommitMarker, read_latest_marker
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.kafka.reader import LARGE_FETCH, PartitionReader
 from processor_api.kafka.topics import plan_topics
-from processor_api.kafka.transactions import CommitMarker, read_latest_marker
 from processor_api.logging import get_logger
 from processor_api.state import InMemoryBytesStore, KeyValue, StoreBuilder
 from processor_api.state.manager import TaskStores
@@ -280,13 +279,12 @@ def _position(
     marker: CommitMarker, location: StoreLocation, task_id: str, wall_time: int
 ) -> CommittedPosition:
     try:
-        metadata = json.loads(marker.metadata_json)
         return CommittedPosition(
-            end=int(metadata["changelog_offsets"].get(location.store, 0)),
-            stream_time=int(metadata.get("stream_time", -1)),
+            end=marker.changelog_offsets.get(location.store, 0),
+            stream_time=marker.stream_time,
             wall_time=wall_time,
         )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, TypeError, AttributeError) as exc:
         raise StreamsError(
             f"the commit marker of task {task_id} at offset {marker.offset} of "
             f"{location.marker_topic!r} has no readable changelog offsets: {exc!r}"

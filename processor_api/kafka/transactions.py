@@ -1,11 +1,10 @@
-"""Exactly-once plumbing: one transactional producer per task, and commit markers.
+"""Exactly-once plumbing: one transactional producer per task.
 
 Under ``exactly_once_v2`` each task's work between two commits is one Kafka transaction with
 ``transactional.id = "<application.id>-<task>"`` (stable per task, so a restarted attempt
 fences its zombie). The transaction holds the batch's sink records, its changelog records
-and one *commit marker*: a record on ``<application.id>-task-commits`` (partition = the task's
-index, key = task id) whose value is the task metadata after the batch (input positions,
-stream time, punctuation schedules, changelog offsets, batch sequence number).
+and the task's *commit marker* (``kafka/markers.py``), which carries the task metadata after
+the batch.
 
 Spark commits its own progress (the epoch and GroupState) only after the epoch's task call
 returned, long after the commits inside the epoch. If a transaction committed but Spark did not
@@ -25,10 +24,8 @@ on the same directory ran the task even without a rebuild. A producer found fenc
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,9 +34,7 @@ from confluent_kafka import KafkaError, KafkaException
 from processor_api.errors import StreamsError
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.names import transactional_id
-from processor_api.kafka.offsets import end_offsets
 from processor_api.kafka.producer import DEFAULT_MESSAGE_TIMEOUT_MS, DeliveryTracker, make_producer
-from processor_api.kafka.reader import PartitionReader
 from processor_api.logging import get_logger
 
 if TYPE_CHECKING:
@@ -50,7 +45,6 @@ _log = get_logger("processor_api.transactions")
 INIT_TIMEOUT_S = 30.0
 #: With a task's patience: init_transactions waits at most this long per try.
 INIT_STEP_S = 5.0
-MARKER_READ_TIMEOUT_S = 30.0
 OWNER_FILE = ".txn-owner"
 
 
@@ -179,103 +173,3 @@ class TransactionalProducers:
                 cached[0].producer.flush(1)
             except Exception:  # a fenced producer may refuse anything
                 pass
-
-
-@dataclass
-class CommitMarker:
-    """A committed marker: its offset and the task metadata (JSON text) it carries."""
-
-    offset: int
-    sequence: int
-    metadata_json: str
-
-
-def aborted_by_group(
-    group: dict[str, int], offsets: dict[str, int], previous: dict[str, int]
-) -> bool:
-    """Whether a commit marker's transaction aborted, as the consumer group shows it.
-
-    ``offsets``: the input offsets the marker's batch committed to the group in its
-    transaction; ``previous``: those of the task's marker before it; ``group``: what the group
-    holds now (per topic, the task's partition). Offset commits in a transaction take effect
-    only when it commits, on Tansu as on Apache Kafka, so a group still at the previous batch's
-    offsets for every topic this batch moved means the batch's transaction did not commit
-    (Tansu shows the records, the marker included, of aborted transactions). A batch that
-    moved no offset (a punctuation between batches) cannot be told apart: not aborted.
-    """
-    moved = {topic: offset for topic, offset in offsets.items() if previous.get(topic) != offset}
-    if not moved:
-        return False
-    return all(group.get(topic) == previous.get(topic) for topic in moved)
-
-
-def marker_value(sequence: int, metadata_json: str) -> bytes:
-    """A marker record's value: the sequence number and the task metadata after the batch."""
-    return json.dumps(
-        {"sequence": sequence, "metadata": json.loads(metadata_json)},
-        separators=(",", ":"),
-    ).encode()
-
-
-def read_latest_marker(
-    bootstrap_servers: str,
-    topic: str,
-    partition: int,
-    start: int,
-    task_id: str,
-    *,
-    kafka: KafkaClientConfig | None = None,
-    tail: int | None = None,
-    before: int | None = None,
-) -> CommitMarker | None:
-    """The last committed marker of ``task_id`` at or after offset ``start`` (read_committed),
-    and before offset ``before`` if given.
-
-    With ``tail``, only the last ``tail`` offsets before the end are read first, then 16 times
-    as many, and so on back to ``start``, until a marker of the task is found.
-    """
-    tp = (topic, partition)
-    end = end_offsets(bootstrap_servers, [tp], isolation_level="read_committed", kafka=kafka)[tp]
-    if before is not None:
-        end = min(end, before)
-    window = tail
-    while True:
-        first = start if window is None else max(start, end - window)
-        marker = _last_marker_in(bootstrap_servers, topic, partition, first, end, task_id, kafka)
-        if marker is not None or first <= start:
-            return marker
-        window = 16 * window  # type: ignore[operator]
-
-
-def _last_marker_in(
-    bootstrap_servers: str,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    task_id: str,
-    kafka: KafkaClientConfig | None,
-) -> CommitMarker | None:
-    if end <= start:
-        return None
-    latest: CommitMarker | None = None
-    key = task_id.encode()
-    with PartitionReader(
-        bootstrap_servers,
-        "marker-reader",
-        isolation_level="read_committed",
-        fail_on_data_loss=False,
-        kafka=kafka,
-        stall_timeout_s=MARKER_READ_TIMEOUT_S,
-    ) as reader:
-        for messages in reader.read(topic, partition, start, end):
-            for message in messages:
-                if message.key() != key:
-                    continue
-                data = json.loads(message.value())
-                latest = CommitMarker(
-                    offset=message.offset(),
-                    sequence=int(data["sequence"]),
-                    metadata_json=json.dumps(data["metadata"]),
-                )
-    return latest

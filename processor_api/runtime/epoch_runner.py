@@ -34,7 +34,7 @@ from processor_api.errors import ProducerWedgedError, StreamsError, WaitInterrup
 from processor_api.kafka.offsets import end_offsets
 from processor_api.runtime.continuous_input import ContinuousInput, WorkerInput
 from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
-from processor_api.runtime.task_runner import TaskRunner
+from processor_api.runtime.task_runner import LastCommit, TaskRunner
 
 #: The longest the loop waits for input before it looks at its clocks again.
 MAX_POLL_WAIT_S = 0.2
@@ -176,7 +176,7 @@ class EpochTaskRunner(TaskRunner):
         # what the loop did between the last epoch and this one counts in this one
         counts, self._counts = self._counts, _Counts()
         return EpochReply(
-            metadata_json=self._committed_json or TaskMetadata().to_json(),
+            metadata_json=self._committed.json if self._committed else TaskMetadata().to_json(),
             processed=counts.processed,
             outputs=counts.outputs,
             changelog_records=counts.changelog_records,
@@ -220,6 +220,8 @@ class EpochTaskRunner(TaskRunner):
             self._epoch = None
             self._patience.interrupted = lambda waited_s: None
             if not control.connected() or control.release_requested():
+                if control.connected():  # released: a clean close, its last commit snapshotted
+                    self._snapshot_on_close()
                 dropped = self._abandon_batch() if self._task is not None else 0
                 raise EpochAbandoned(
                     f"task {self.task_id}: {exc}; {dropped} uncommitted store writes dropped"
@@ -284,7 +286,7 @@ class EpochTaskRunner(TaskRunner):
         )
         if not (finished or now >= commit_at or task.commit_requested):
             return TurnOutcome(finished=False, busy=busy)
-        committed = self._dirty or self._committed_json is None
+        committed = self._dirty or self._committed is None
         try:
             self._commit()
         except ProducerWedgedError as exc:
@@ -403,7 +405,7 @@ class EpochTaskRunner(TaskRunner):
         failures, stream = self._delivery_failures, self._stream
         assert task is not None and stores is not None and collector is not None
         assert failures is not None and stream is not None
-        if not self._dirty and self._committed_json is not None:
+        if not self._dirty and self._committed is not None:
             return
         dropped_before = failures.dropped
         started = time.monotonic()
@@ -418,7 +420,9 @@ class EpochTaskRunner(TaskRunner):
             positions = self._acked_changelog_positions(task)
             task.set_changelog_offsets(positions)
             # 4. marker + input offsets (+ the transaction under exactly_once_v2) committed
-            metadata = replace(task.metadata(), commit=self._commit_state)
+            last = self._committed
+            assert last is not None, "a live task has a last commit"
+            metadata = replace(task.metadata(), commit=last.metadata.commit)
             metadata = self._guarantee.commit(metadata, self._group_offsets(task, stream))
             step_ends.append(time.monotonic())
             # 5. the buffered store writes applied, the local checkpoint written
@@ -432,9 +436,8 @@ class EpochTaskRunner(TaskRunner):
         # 6. the committed state remembered: the next epoch's GroupState must equal it
         self._batch_open = False
         self._dirty = False
-        self._commit_state = metadata.commit
-        self._changelog_positions = dict(positions)
-        self._committed_json = self._last_commit_json = metadata.to_json()
+        self._committed = LastCommit.of(metadata)
+        self._last_commit_json = self._committed.json
         counts = self._counts
         counts.commits += 1
         counts.changelog_records += changelog_count
@@ -469,7 +472,7 @@ class EpochTaskRunner(TaskRunner):
     # ----------------------------------------------------------------- resume
     def _resume(self, state_json: str | None) -> tuple[bool, int]:
         """Go on with the live task, or rebuild it from ``state_json``; (rebuilt, restored)."""
-        if self._task is not None and state_json == self._committed_json:
+        if self._task is not None and self._committed and state_json == self._committed.json:
             return False, 0
         if self._task is not None:
             self._abandon_open_batch()

@@ -12,7 +12,8 @@ Both strategies see the same life of the work between two commits (Kafka Streams
     # on any failure before that: guarantee.abandon()
 
 Both write a **commit marker** per task and batch to ``<application.id>-task-commits`` (task
-``i`` on partition ``i``) carrying the task's metadata after the batch, and commit the task's
+``i`` on partition ``i``) carrying the task's metadata after the batch (``kafka/markers.py``:
+what a marker holds, how it is encoded, written and read), and commit the task's
 input positions to the consumer group ``<application.id>``. A marker newer than the state Spark
 hands back (the batch was made durable, its Spark commit was not: a crash in between, or the
 Spark checkpoint was lost) is adopted by :meth:`recover`, so the records it covered are not
@@ -38,26 +39,19 @@ from processor_api.engine.metadata import TaskMetadata
 from processor_api.errors import ProducerWedgedError
 from processor_api.kafka.client_config import KafkaClientConfig
 from processor_api.kafka.delivery import DeliveryFailureHandler
-from processor_api.kafka.group import GroupCommitter, committed_offsets, to_topic_partitions
-from processor_api.kafka.names import commit_marker_topic, transactional_id
+from processor_api.kafka.group import GroupCommitter, to_topic_partitions
+from processor_api.kafka.markers import CommitLog
+from processor_api.kafka.names import transactional_id
 from processor_api.kafka.producer import DEFAULT_MESSAGE_TIMEOUT_MS, DeliveryTracker, make_producer
 from processor_api.kafka.transaction_ends import ends_one_at_a_time, one_at_a_time
-from processor_api.kafka.transactions import (
-    CommitMarker,
-    TransactionalProducers,
-    aborted_by_group,
-    marker_value,
-    read_latest_marker,
-    transaction_step,
-)
+from processor_api.kafka.transactions import TransactionalProducers, transaction_step
 from processor_api.logging import get_logger
-from processor_api.runtime.job import parse_task_id
 from processor_api.runtime.patience import Patience
 
 #: How long the first transaction of a guarantee may wait to learn whether the broker is Tansu.
 CLUSTER_ID_TIMEOUT_S = 2.0
-#: Offsets read from the end of a marker partition first when looking for an earlier marker.
-MARKER_TAIL = 64
+
+_log = get_logger("processor_api.guarantee")
 
 
 class Guarantee(Protocol):
@@ -114,119 +108,41 @@ class TaskCommitSettings:
     message_timeout_ms: int = DEFAULT_MESSAGE_TIMEOUT_MS  # the producer's delivery timeout
 
 
-class CommitLog:
-    """A task's commit markers: one record per durable batch, keyed by the task id."""
+def adopt_newer_marker(markers: CommitLog, metadata: TaskMetadata) -> TaskMetadata:
+    """``metadata``, or the metadata of a committed marker newer than it, adopted."""
+    marker = markers.newer(metadata.commit.sequence, metadata.commit.marker_end)
+    if marker is None:
+        return metadata
+    adopted = TaskMetadata.from_dict(marker.metadata)
+    adopted.commit = replace(adopted.commit, sequence=marker.sequence, marker_end=marker.end)
+    _log.info(
+        "committed_batch_adopted",
+        task=marker.task_id,
+        sequence=marker.sequence,
+        state_sequence=metadata.commit.sequence,
+        positions=adopted.input_positions,
+        detail="a batch was made durable but Spark did not commit it (a crash, or a lost "
+        "checkpoint): the records it processed are not processed again",
+    )
+    return adopted
 
-    def __init__(
-        self,
-        bootstrap_servers: str,
-        application_id: str,
-        task_id: str,
-        partition: int,
-        kafka: KafkaClientConfig | None = None,
-        *,
-        transactional: bool = False,
-    ) -> None:
-        self._bootstrap = bootstrap_servers
-        self._kafka = kafka
-        self._app = application_id
-        self._task_id = task_id
-        self._input_partition = parse_task_id(task_id)[1]
-        self._transactional = transactional
-        self.topic = commit_marker_topic(application_id)
-        self.partition = partition
-        self._log = get_logger("processor_api.guarantee", task=task_id)
 
-    def newer(self, metadata: TaskMetadata) -> TaskMetadata:
-        """The metadata of the last committed marker after ``metadata``'s, or ``metadata``.
+def send_marker(
+    markers: CommitLog,
+    tracker: DeliveryTracker,
+    metadata: TaskMetadata,
+    writer: str | None = None,
+    offsets: dict[str, int] | None = None,
+) -> TaskMetadata:
+    """Send the next marker for ``metadata`` (not waited for); returns the metadata it carries.
 
-        Under exactly-once a marker whose transaction aborted is passed over even where the
-        broker shows it (Tansu): the consumer group tells (:func:`aborted_by_group`).
-        """
-        marker = self._latest(metadata.commit.marker_end)
-        if marker is None or marker.sequence <= metadata.commit.sequence:
-            return metadata
-        if self._transactional and self._aborted(marker):
-            self._log.info(
-                "aborted_batch_marker_ignored",
-                sequence=marker.sequence,
-                detail="the broker shows the commit marker of a transaction that aborted (the "
-                "consumer group never got its offsets): that batch is processed again",
-            )
-            marker = self._latest(metadata.commit.marker_end, before=marker.offset)
-            if marker is None or marker.sequence <= metadata.commit.sequence:
-                return metadata
-        adopted = TaskMetadata.from_json(marker.metadata_json)
-        adopted.commit = replace(
-            adopted.commit, sequence=marker.sequence, marker_end=marker.offset + 1
-        )
-        self._log.info(
-            "committed_batch_adopted",
-            sequence=marker.sequence,
-            state_sequence=metadata.commit.sequence,
-            positions=adopted.input_positions,
-            detail="a batch was made durable but Spark did not commit it (a crash, or a lost "
-            "checkpoint): the records it processed are not processed again",
-        )
-        return adopted
-
-    def _latest(self, start: int, before: int | None = None) -> CommitMarker | None:
-        return read_latest_marker(
-            self._bootstrap,
-            self.topic,
-            self.partition,
-            start,
-            self._task_id,
-            kafka=self._kafka,
-            tail=None if before is None else MARKER_TAIL,
-            before=before,
-        )
-
-    def _aborted(self, marker: CommitMarker) -> bool:
-        offsets = TaskMetadata.from_json(marker.metadata_json).commit.offsets
-        if not offsets:
-            return False
-        previous = self._latest(0, before=marker.offset)
-        previous_offsets = (
-            {}
-            if previous is None
-            else TaskMetadata.from_json(previous.metadata_json).commit.offsets
-        )
-        group = committed_offsets(
-            self._bootstrap,
-            self._app,
-            [(topic, self._input_partition) for topic in offsets],
-            kafka=self._kafka,
-        )
-        return aborted_by_group(
-            {topic: offset for (topic, _), offset in group.items()}, offsets, previous_offsets
-        )
-
-    def send(
-        self,
-        tracker: DeliveryTracker,
-        metadata: TaskMetadata,
-        writer: str | None = None,
-        offsets: dict[str, int] | None = None,
-    ) -> TaskMetadata:
-        """Send the next marker for ``metadata`` (not waited for); returns it numbered.
-
-        ``writer``: the transactional producer instance committing the batch, ``offsets`` the
-        input offsets its transaction commits to the group (exactly-once).
-        """
-        sequence = metadata.commit.sequence + 1
-        marked = replace(metadata, commit=metadata.commit.committing(sequence, writer, offsets))
-        tracker.produce(
-            self.topic,
-            self._task_id.encode(),
-            marker_value(sequence, marked.to_json()),
-            partition=self.partition,
-        )
-        return marked
-
-    def end_after_ack(self, tracker: DeliveryTracker) -> int:
-        """The offset after the acknowledged marker."""
-        return tracker.acked_end_offsets()[(self.topic, self.partition)]
+    ``writer``: the transactional producer instance committing the batch, ``offsets`` the
+    input offsets its transaction commits to the group (exactly-once).
+    """
+    sequence = metadata.commit.sequence + 1
+    marked = replace(metadata, commit=metadata.commit.committing(sequence, writer, offsets))
+    markers.send(tracker, sequence, marked.to_json())
+    return marked
 
 
 def _commit_log(settings: TaskCommitSettings, *, transactional: bool = False) -> CommitLog:
@@ -329,7 +245,7 @@ class AtLeastOnce:
     writer = None  # no transactions: a re-sent batch's records are duplicates by contract
 
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
-        return self._markers.newer(metadata)
+        return adopt_newer_marker(self._markers, metadata)
 
     def begin(self) -> None:
         self.producer.reset()
@@ -340,7 +256,7 @@ class AtLeastOnce:
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """The batch's records are acknowledged: send its marker, then commit the offsets."""
         tracker = self.producer
-        marked = self._markers.send(tracker, metadata)
+        marked = send_marker(self._markers, tracker, metadata)
         wait_acknowledged(tracker, self._patience, self._flush_timeout_s)
         committed = replace(
             marked, commit=replace(marked.commit, marker_end=self._markers.end_after_ack(tracker))
@@ -436,7 +352,7 @@ class ExactlyOnce:
         # the task is (re)built: another executor may have run it since and fenced the cached
         # producer, whatever this host's owner file says, so a new one fences it in turn
         self._producers.renew(self._task_id)
-        return self._markers.newer(metadata)
+        return adopt_newer_marker(self._markers, metadata)
 
     def begin(self) -> None:
         tracker = self.producer
@@ -457,7 +373,8 @@ class ExactlyOnce:
     def commit(self, metadata: TaskMetadata, offsets: dict[tuple[str, int], int]) -> TaskMetadata:
         """Add the commit marker and the input offsets to the transaction and commit it."""
         tracker = self.producer
-        marked = self._markers.send(
+        marked = send_marker(
+            self._markers,
             tracker,
             metadata,
             self.writer,

@@ -19,12 +19,12 @@ commits::
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from processor_api.config import StreamsConfig
 from processor_api.engine.global_task import GlobalTask
-from processor_api.engine.metadata import CommitState, TaskMetadata
+from processor_api.engine.metadata import TaskMetadata
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import BatchStamp
@@ -58,6 +58,20 @@ DELIVERY_MARGIN_MS = 30_000
 #: Kafka Streams adapts its records per iteration to its commit interval.
 CHUNK_FAST_S, CHUNK_SLOW_S = 0.01, 0.05
 FIRST_CHUNK, MAX_CHUNK = 100, 10_000
+
+
+@dataclass(frozen=True)
+class LastCommit:
+    """The task's last commit as this process holds it, in one object: the metadata the next
+    commit builds on (its commit state numbers the next batch, its changelog offsets are where
+    the stores stand) and the same as the JSON handed to Spark's GroupState."""
+
+    metadata: TaskMetadata
+    json: str
+
+    @classmethod
+    def of(cls, metadata: TaskMetadata) -> LastCommit:
+        return cls(metadata, metadata.to_json())
 
 
 class TaskRunner:
@@ -102,9 +116,8 @@ class TaskRunner:
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
         self._delivery_failures: TaskDeliveryFailures | None = None
-        self._committed_json: str | None = None
-        self._commit_state = CommitState()
-        self._changelog_positions: dict[str, int] = {}
+        #: The live task's last commit (or what it was rebuilt from); None without a task.
+        self._committed: LastCommit | None = None
         self._batch_open = False
         self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
         # repartition topics: written stamped (exactly-once), read with stamps checked
@@ -209,9 +222,9 @@ class TaskRunner:
             self._batch_open = True
             writer = self._guarantee.writer
             if self._collector is not None and writer is not None:
-                self._collector.stamp_batch(
-                    BatchStamp(self.task_id, self._commit_state.sequence + 1, writer)
-                )
+                assert self._committed is not None, "a live task has a last commit"
+                sequence = self._committed.metadata.commit.sequence + 1
+                self._collector.stamp_batch(BatchStamp(self.task_id, sequence, writer))
 
     def _abandon_open_batch(self) -> None:
         """Drop what the task did since its last commit, if anything (it is rebuilt)."""
@@ -296,9 +309,7 @@ class TaskRunner:
             self._drop_task()
             raise
         self.inits += 1
-        self._commit_state = metadata.commit
-        self._changelog_positions = dict(metadata.changelog_offsets)
-        self._committed_json = metadata.to_json()
+        self._committed = LastCommit.of(metadata)
         return sum(restored.values())
 
     def _restore_listener(self) -> StateRestoreListener | None:
@@ -361,7 +372,8 @@ class TaskRunner:
     def _acked_changelog_positions(self, task: Task) -> dict[str, int]:
         """Per store, the changelog end offset after this commit's acknowledged records."""
         acked = self._guarantee.producer.acked_end_offsets()
-        positions = dict(self._changelog_positions)
+        assert self._committed is not None, "a live task has a last commit"
+        positions = dict(self._committed.metadata.changelog_offsets)
         for store_name in task.stores:
             key = (changelog_topic(self.app_id, store_name), self.partition)
             if key in acked:
@@ -378,7 +390,7 @@ class TaskRunner:
         """Close the processors and the stores of the current task, if any."""
         task, stores = self._task, self._stores
         self._task = self._stores = self._collector = None
-        self._committed_json = None
+        self._committed = None
         self.metrics.task_dropped()
         if task is not None:
             try:
@@ -388,10 +400,24 @@ class TaskRunner:
         if stores is not None:
             stores.close()
 
+    def _snapshot_on_close(self) -> None:
+        if self._stores is None:
+            return
+        try:
+            self._stores.snapshot_on_close()
+        except Exception as exc:  # noqa: BLE001 - a snapshot costs warmth, never the close
+            self._log.warning("snapshot_on_close_failed", error=f"{type(exc).__name__}: {exc}")
+
     def close(self) -> None:
-        """The task leaves this process: close it, its producer and consumer, free its lock."""
+        """The task leaves this process: close it, its producer and consumer, free its lock.
+
+        A close is clean (the run ended, the task moved to another worker): its stores are
+        snapshotted at its last commit first. A task dropped on a failure, a fencing or an
+        abandoned epoch has no stores left open here, so nothing is snapshotted for it.
+        """
         started = time.monotonic()
         try:
+            self._snapshot_on_close()
             self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()

@@ -79,6 +79,7 @@ from processor_api.runtime.protocol import (
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
 from processor_api.state.manager import remove_leftovers, task_directory
 from processor_api.state.rocksdb import RocksDBMemory, configure_memory
+from processor_api.state.snapshots import finish_uploads
 
 WATCH_INTERVAL_S = 0.5
 
@@ -418,6 +419,7 @@ class WorkerHost:
         try:
             for task_id in list(self.runners):
                 self._close_task(task_id, reason="the run ended")
+            finish_uploads()  # the tasks' snapshots at close, before the host exits
             if self._input is not None:
                 self._input.close()
                 self._input = None

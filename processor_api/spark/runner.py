@@ -127,7 +127,7 @@ class TopologyRunner:
                 [TopicSpec(dead_letter, partitions, {})],
                 kafka=kafka,
             )
-        # both guarantees keep each task's commit markers there (runtime/guarantee.py)
+        # both guarantees keep each task's commit markers there (kafka/markers.py)
         ensure_topics(
             self.settings.bootstrap_servers,
             [
@@ -179,34 +179,8 @@ class TopologyRunner:
             topology_pickle=pickled,
             bootstrap_servers=self.settings.bootstrap_servers,
             state_dir=str(Path(self.settings.state_dir).resolve()),
-            config={
-                "application_id": self.config.application_id,
-                "processing_guarantee": self.config.processing_guarantee.value,
-                "deserialization_exception_handler": self.config.deserialization_exception_handler,
-                "processing_exception_handler": self.config.processing_exception_handler,
-                "production_exception_handler": self.config.production_exception_handler,
-                "dead_letter_topic": self.config.dead_letter_topic,
-                "max_task_idle_ms": self.config.max_task_idle_ms,
-                "stream_time_idle_advance_ms": self.config.stream_time_idle_advance_ms,
-                "state_restore_listener": self.config.state_restore_listener,
-                "commit_interval_ms": self.config.commit_interval_ms,
-                "task_timeout_ms": self.config.task_timeout_ms,
-                "state_snapshot_interval_ms": self.config.state_snapshot_interval_ms,
-                "state_snapshot_location": self._snapshot_location(),
-                "state_snapshot_retained": self.config.state_snapshot_retained,
-                "state_snapshot_filesystem_options": self.config.state_snapshot_filesystem_options,
-                "state_snapshot_max_bytes_per_second": (
-                    self.config.state_snapshot_max_bytes_per_second
-                ),
-                "num_stream_threads": self.config.num_stream_threads,
-                "rocksdb_block_cache_bytes": self.config.rocksdb_block_cache_bytes,
-                "rocksdb_write_buffer_manager_bytes": (
-                    self.config.rocksdb_write_buffer_manager_bytes
-                ),
-                **self.config.extra,
-                # the executors' registry serdes that name no registry use these
-                **{f"schema.registry.{k}": v for k, v in self.config.schema_registry.items()},
-            },
+            # every setting, so a new one reaches the executors without being listed here
+            config={**self.config.to_dict(), "state_snapshot_location": self._snapshot_location()},
             log_format=self.settings.log_format,
             bounded=bounded,
             task_ids=tuple(self.plan.task_ids) if self.plan else (),

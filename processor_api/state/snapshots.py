@@ -201,6 +201,9 @@ class TaskSnapshots:
         self._uploader = uploader
         self._clock = clock
         self._last = clock()  # the first snapshot is due one interval after the task started
+        #: Per store, the changelog offset of the newest snapshot this task took or restored
+        #: from: a clean close snapshots only the stores that moved past it.
+        self.offsets: dict[str, int] = {}
         self._filesystem: tuple[Any, str] | None = None
         self._log = _log.bind(task=task_id)
         shutil.rmtree(self.staging, ignore_errors=True)  # a dead process's leftovers
@@ -232,6 +235,7 @@ class TaskSnapshots:
                 shutil.rmtree(target, ignore_errors=True)
                 self._log.warning("snapshot_checkpoint_failed", store=store, error=str(exc))
                 continue
+            self.offsets[store] = offset
             template = SnapshotManifest(
                 task=self.task_id,
                 store=store,
@@ -287,6 +291,7 @@ class TaskSnapshots:
                 for entry in manifest.files:
                     if entry.name.endswith(".sst"):
                         uploaded.remember(target / entry.name, entry)
+                self.offsets[store] = manifest.offset
                 return SnapshotRestored(manifest, time.monotonic() - started, passed_over)
             shutil.rmtree(target, ignore_errors=True)
             passed_over += 1
@@ -307,6 +312,27 @@ class TaskSnapshots:
             downloaded_bytes=done,
             total_bytes=total,
         )
+
+
+#: How long a host that closes its tasks at the end of a run waits for their snapshots'
+#: uploads: below the driver's wait for the host's answer (``host_client.close_hosts``, 120 s).
+CLOSE_UPLOAD_WAIT_S = 100.0
+
+
+def finish_uploads(
+    timeout_s: float = CLOSE_UPLOAD_WAIT_S, uploader: SnapshotUploader = UPLOADER
+) -> bool:
+    """Wait until this process's queued snapshots are uploaded (before the process exits at
+    the end of a run); False, with a warning, when ``timeout_s`` ran out first."""
+    if uploader.wait_idle(timeout_s):
+        return True
+    _log.warning(
+        "snapshot_uploads_unfinished",
+        waited_s=timeout_s,
+        detail="the process exits with snapshots not uploaded: a task restored elsewhere uses "
+        "an older snapshot and replays a longer changelog tail",
+    )
+    return False
 
 
 def _comparable(identity: dict[str, Any]) -> dict[str, Any]:
@@ -335,5 +361,6 @@ __all__ = [
     "SnapshotUploader",
     "TaskSnapshots",
     "UPLOADER",
+    "finish_uploads",
     "settings_from_config",
 ]

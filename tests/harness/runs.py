@@ -13,6 +13,11 @@ import pytest
 
 from processor_api.spark.runner import RunResult, RunSettings, TopologyRunner
 
+#: The config of a run whose later restores must replay the changelogs: snapshots off (a task
+#: that closes cleanly snapshots its stores, and a run without the local state would restore
+#: from those).
+NO_SNAPSHOTS = {"state.snapshot.interval.ms": -1}
+
 # How long a stopped run may take to wind down: the runner ends the epochs and waits for the
 # batch in flight (bounded by runner.STOP_GRACE_S = 60 s).
 STOP_TIMEOUT_S = 90.0

@@ -9,7 +9,7 @@ import pytest
 
 from processor_api.state.manager import wipe_application_state
 from tests.harness.click_sessions import ClickRecord, click_stream, reference_summaries
-from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.runs import NO_SNAPSHOTS, BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, produce, uid
 from tests.harness.wire import high_watermarks
 
@@ -91,7 +91,7 @@ def test_click_sessions_restored_after_state_loss(kafka, spark, tmp_path):
         "grace_ms": GRACE_MS,
         "punctuate_interval_ms": PUNCTUATE_MS,
     }
-    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, config=NO_SNAPSHOTS)
 
     with TopicReader(kafka.bootstrap_servers, output_topic, bytes.decode, json.loads) as out:
         _produce(kafka.bootstrap_servers, input_topic, {p: parts[p][0] for p in parts})

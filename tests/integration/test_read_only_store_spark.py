@@ -10,7 +10,7 @@ from processor_api.errors import MissingTopicError
 from processor_api.kafka.admin import topic_partitions
 from processor_api.kafka.names import changelog_topic
 from processor_api.state.manager import wipe_application_state
-from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.runs import NO_SNAPSHOTS, BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, produce, uid
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_read_only_store_is_restored_from_its_source_topic(kafka, spark, tmp_pat
         prices,
         [(f"p{i}".encode(), f"{10 * i}".encode(), i % 2) for i in range(6)] + [(None, b"x", 0)],
     )
-    settings = settings_for(kafka.bootstrap_servers, app_id, state)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state, config=NO_SNAPSHOTS)
     kwargs = {"prices_topic": prices, "orders_topic": orders, "output_topic": output}
 
     def run_until(count: int):

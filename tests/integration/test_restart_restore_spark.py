@@ -11,7 +11,7 @@ import pytest
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
 from processor_api.state.manager import wipe_application_state
-from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.runs import NO_SNAPSHOTS, BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, produce, uid
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ def test_restart_reuses_local_stores_and_restores_wiped_ones(kafka, spark, tmp_p
     kafka.create_topic(output_topic, 3)
     # threshold 0: one notification per event, carrying the running total of its product
     kwargs = {"input_topic": input_topic, "output_topic": output_topic, "threshold": 0}
-    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir)
+    settings = settings_for(kafka.bootstrap_servers, app_id, state_dir, config=NO_SNAPSHOTS)
     sent: list[tuple[str, int]] = []
 
     def run_with(events: list[tuple[str, int]]):

@@ -20,7 +20,7 @@ import pytest
 from processor_api import Serdes
 from processor_api.spark.runner import TopologyRunner
 from processor_api.testing import TopologyTestDriver
-from tests.harness.runs import settings_for
+from tests.harness.runs import NO_SNAPSHOTS, settings_for
 from tests.harness.topics import TopicReader, produce, uid
 from tests.integration.topologies_for_tests import STORE_KINDS, build_store_kinds
 
@@ -74,6 +74,7 @@ def test_every_store_kind_is_restored_after_the_state_dir_is_lost(kafka, spark, 
         state_dir,
         available_now=True,
         checkpoint_dir=str(tmp_path / "checkpoint"),  # kept: only the local state is lost
+        config=NO_SNAPSHOTS,  # restored from the changelogs
     )
     kwargs = {"input_topic": input_topic, "output_topic": output_topic}
 

@@ -21,7 +21,7 @@ import pytest
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.serdes import Serdes
 from processor_api.spark.runner import RunResult
-from tests.harness.runs import BackgroundRun, settings_for
+from tests.harness.runs import NO_SNAPSHOTS, BackgroundRun, settings_for
 from tests.harness.topics import TopicReader, uid
 
 pytestmark = pytest.mark.integration
@@ -82,6 +82,7 @@ def _run_in_waves(kafka, spark, tmp_path, app_id, topics, log_path, first, count
         tmp_path / "state",
         checkpoint_dir=str(tmp_path / "checkpoint"),
         epoch_interval_s=EPOCH_S,
+        config=NO_SNAPSHOTS,  # the restore below replays the changelogs
     )
     with BackgroundRun(
         "tests.integration.topologies_for_tests:build_lifetime",

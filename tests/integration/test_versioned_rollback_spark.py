@@ -18,7 +18,7 @@ import pytest
 from processor_api import Processor, Serdes, Stores, Topology
 from processor_api.spark.runner import TopologyRunner
 from processor_api.testing import TopologyTestDriver
-from tests.harness.runs import settings_for
+from tests.harness.runs import NO_SNAPSHOTS, settings_for
 from tests.harness.topics import TopicReader, produce, uid
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ def test_skipped_versioned_writes_are_rolled_back_and_never_restored(kafka, spar
         state_dir,
         available_now=True,
         checkpoint_dir=str(tmp_path / "checkpoint"),  # kept: only the local state is lost
-        config={"processing.exception.handler": "log_and_continue"},
+        config={"processing.exception.handler": "log_and_continue", **NO_SNAPSHOTS},
     )
     kwargs = {"input_topic": input_topic, "output_topic": output_topic}
     offsets = iter(range(1_000_000, 2_000_000))

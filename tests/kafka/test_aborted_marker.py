@@ -5,7 +5,7 @@ too: a task killed after sending its marker and before committing left a marker 
 start adopted, skipping the batch whose outputs had aborted (the crash test's exactly-once
 check saw them missing, CI). The consumer group tells: offsets committed in a transaction
 only take effect when it commits. Markers are written here as a task writes them
-(``CommitLog.send`` in a transaction with ``send_offsets_to_transaction``)."""
+(``send_marker`` in a transaction with ``send_offsets_to_transaction``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from structlog.testing import capture_logs
 
 from processor_api.engine.metadata import TaskMetadata
+from processor_api.kafka.markers import CommitLog, aborted_by_group
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.producer import DeliveryTracker
-from processor_api.kafka.transactions import aborted_by_group
-from processor_api.runtime.guarantee import CommitLog
+from processor_api.runtime.guarantee import adopt_newer_marker, send_marker
 from tests.harness.topics import uid
 
 TASK = "0_1"
@@ -40,7 +40,7 @@ class _Task:
     def batch(self, position: int, *, commit: bool) -> None:
         self.producer.begin_transaction()
         metadata = TaskMetadata(input_positions={self.input: position}, commit=self.metadata.commit)
-        marked = self.log.send(self.tracker, metadata, "writer", {self.input: position})
+        marked = send_marker(self.log, self.tracker, metadata, "writer", {self.input: position})
         self.tracker.flush_and_check(30)
         self.producer.send_offsets_to_transaction(
             [TopicPartition(self.input, 1, position)], self.group.consumer_group_metadata(), 30
@@ -71,7 +71,7 @@ def test_the_marker_of_an_aborted_transaction_is_passed_over(app):
         task.batch(5, commit=True)
         task.batch(9, commit=False)  # a kill after the marker was sent, before the commit
         with capture_logs() as logs:
-            recovered = task.log.newer(TaskMetadata())
+            recovered = adopt_newer_marker(task.log, TaskMetadata())
         assert recovered.commit.sequence == 1
         assert recovered.input_positions == {task.input: 5}
         # routine recovery, nothing for a person to do: info, not warning
@@ -80,7 +80,7 @@ def test_the_marker_of_an_aborted_transaction_is_passed_over(app):
         assert levels["committed_batch_adopted"] == "info"
         # the batch done again, committed this time: adopted
         task.batch(9, commit=True)
-        recovered = task.log.newer(TaskMetadata())
+        recovered = adopt_newer_marker(task.log, TaskMetadata())
         assert (recovered.commit.sequence, recovered.input_positions) == (2, {task.input: 9})
     finally:
         task.close()
@@ -92,7 +92,7 @@ def test_a_first_batch_that_aborted_leaves_nothing_to_adopt(app):
     task = _Task(bootstrap, name)
     try:
         task.batch(4, commit=False)
-        assert task.log.newer(TaskMetadata()) == TaskMetadata()
+        assert adopt_newer_marker(task.log, TaskMetadata()) == TaskMetadata()
     finally:
         task.close()
 
@@ -105,7 +105,9 @@ def test_at_least_once_markers_are_adopted_as_they_are(app):
     try:
         task.batch(5, commit=True)
         task.batch(9, commit=False)
-        assert task.log.newer(TaskMetadata()).commit.sequence == 2  # as the broker shows it
+        assert (
+            adopt_newer_marker(task.log, TaskMetadata()).commit.sequence == 2
+        )  # as the broker shows it
     finally:
         task.close()
 

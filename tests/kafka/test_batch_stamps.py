@@ -17,9 +17,9 @@ from processor_api.engine.metadata import MAX_WRITER_RUNS, CommitState, TaskMeta
 from processor_api.engine.records import InputRecord
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import STAMP_HEADER, BatchStamp, CommittedBatches
+from processor_api.kafka.markers import marker_value
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.kafka.transaction_ends import RELEASE_HEADER
-from processor_api.kafka.transactions import marker_value
 from processor_api.runtime.input_records import RELEASE_WRITER, drop_aborted
 from tests.harness.topics import uid
 

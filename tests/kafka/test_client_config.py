@@ -9,7 +9,7 @@ import pytest
 
 from processor_api.cli.run_topology import build_parser
 from processor_api.errors import BrokerUnavailableError, ConfigError
-from processor_api.kafka import admin, group, offsets, producer, reader, transactions
+from processor_api.kafka import admin, group, markers, offsets, producer, reader, transactions
 from processor_api.kafka.client_config import KafkaClientConfig, parse_properties
 from processor_api.kafka.names import changelog_topic
 
@@ -164,7 +164,7 @@ def built(monkeypatch) -> list[dict[str, Any]]:
     ):
         for name in names:
             monkeypatch.setattr(module, name, recorder)
-    monkeypatch.setattr(transactions, "end_offsets", lambda *a, **k: {("t", 0): 10})
+    monkeypatch.setattr(markers, "end_offsets", lambda *a, **k: {("t", 0): 10})
     return configs
 
 
@@ -208,7 +208,7 @@ def test_every_client_builder_gets_the_settings_of_its_role(built, kafka_config)
             "h:1", changelog_topic("app", "s"), 0, 0, 5, lambda batch: None, kafka=k
         )
     )
-    _build(lambda: transactions.read_latest_marker("h:1", "t", 0, 0, "0_0", kafka=k))
+    _build(lambda: markers.read_latest_marker("h:1", "t", 0, 0, "0_0", kafka=k))
     _build(lambda: group.GroupCommitter("h:1", "app", "group-0_0", kafka=k))
     _build(lambda: group.committed_offsets("h:1", "app", [("t", 0)], kafka=k))
     _build(lambda: offsets.end_offsets("h:1", [("t", 0)], kafka=k))

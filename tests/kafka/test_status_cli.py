@@ -11,9 +11,10 @@ import pytest
 from processor_api.cli.app_status import application_status, format_table
 from processor_api.cli.tools import main
 from processor_api.engine.metadata import TaskMetadata
+from processor_api.errors import StreamsError
 from processor_api.kafka.group import GroupCommitter
+from processor_api.kafka.markers import marker_value, read_latest_marker
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
-from processor_api.kafka.transactions import marker_value
 from tests.harness.topics import produce, uid
 
 pytestmark = pytest.mark.integration
@@ -65,3 +66,28 @@ def test_status_shows_positions_lag_stream_time_and_changelog_sizes(kafka, capsy
                  "--application-id", app_id, "--json"]) == 0  # fmt: skip
     shown = json.loads(capsys.readouterr().out)
     assert shown["lag"] == 1 and shown["tasks"][0]["inputs"][0]["committed"] == 4
+
+
+def test_a_record_that_is_no_marker_is_an_error_naming_where_it_is(kafka):
+    """Every reader decodes markers in ``kafka/markers.py``: a malformed one names its topic,
+    partition and offset, and what a marker should be."""
+    app_id = f"bad-{uid()}"
+    topic = commit_marker_topic(app_id)
+    kafka.create_topic(topic, 2)
+    good = TaskMetadata(stream_time=5).to_json()
+    produce(
+        kafka.bootstrap_servers,
+        topic,
+        [(b"0_1", marker_value(1, good), 1), (b"0_1", b'{"sequence": 2}', 1)],
+    )
+    with pytest.raises(StreamsError) as raised:
+        application_status(kafka.bootstrap_servers, app_id)
+    assert f"commit marker at {topic}[1]@1 is not readable: KeyError: 'metadata'" in str(
+        raised.value
+    )
+    with pytest.raises(StreamsError) as raised:
+        read_latest_marker(kafka.bootstrap_servers, topic, 1, 0, "0_1")
+    assert f"{topic}[1]@1" in str(raised.value) and '"sequence": <int>' in str(raised.value)
+    # the marker before it is what a reader that stops before the bad one finds
+    found = read_latest_marker(kafka.bootstrap_servers, topic, 1, 0, "0_1", before=1)
+    assert found is not None and (found.sequence, found.stream_time, found.end) == (1, 5, 1)

@@ -22,8 +22,8 @@ from structlog.testing import capture_logs
 from processor_api import Processor, Serdes, Stores, Topology, read_store
 from processor_api.cli.read_store import main as read_store_main
 from processor_api.engine.metadata import TaskMetadata
+from processor_api.kafka.markers import marker_value
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
-from processor_api.kafka.transactions import marker_value
 from processor_api.state import SessionWindow, Windowed
 from processor_api.state.manager import TaskStores
 from processor_api.state.snapshots import UPLOADER, SnapshotSettings, TaskSnapshots

@@ -3,8 +3,8 @@ memory).
 
 ``import pyarrow.fs`` brings numpy with it, about 40 MiB of resident memory in every task host
 (three on a 3-partition run). A host needs it only to take or read a snapshot: with
-``run-topology``'s defaults one interval (60 s) after its task started, or at a restore from a
-snapshot; a run without snapshots, or shorter than the interval, never needs it.
+``run-topology``'s defaults one interval (60 s) after its task started, when its task closes
+cleanly, or at a restore from a snapshot; a run without snapshots never needs it.
 """
 
 from __future__ import annotations

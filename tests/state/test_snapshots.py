@@ -63,6 +63,9 @@ class Changelog:
         return len(records)
 
 
+HOUR = 3_600_000  # an interval no test reaches
+
+
 def _settings(location: Path, **overrides) -> SnapshotSettings:
     values = {"location": str(location), "interval_ms": 0, "retained": 2, "prune_grace_s": 0.0}
     return SnapshotSettings(**{**values, **overrides})
@@ -449,3 +452,36 @@ def test_a_download_reports_its_progress(tmp_path):
     done = [d for d, _ in reports]
     assert done == sorted(done) and done[-1] == newest.total_bytes
     assert {total for _, total in reports} == {newest.total_bytes}
+
+
+def test_a_clean_close_snapshots_the_stores_that_moved_since_their_last_snapshot(tmp_path):
+    """Issue 37 item 7: with an interval no run reaches, the close leaves the snapshot."""
+    location = tmp_path / "snapshots"
+    builder = _key_value("rocksdb")
+    app = f"app-{uuid.uuid4().hex[:8]}"
+    changelog = Changelog()
+    stores = _task_stores(tmp_path / "task", builder, app, _settings(location, interval_ms=HOUR))
+    stack = stores.build(builder, lambda: 5)
+    _write_key_value(stack.store)
+    committed = changelog.append(flushed_changes(stack))
+    stores.commit({builder.name: committed})
+    stack.store.put("uncommitted", 1)  # an open batch: not in RocksDB, not in the snapshot
+    _idle()
+    assert _store_dir(location, builder.name).manifests() == []  # no snapshot was due
+
+    stores.snapshot_on_close()
+    _idle()
+    ((_, manifest),) = _store_dir(location, builder.name).manifests()
+    assert manifest is not None and manifest.offset == committed
+    stores.snapshot_on_close()  # nothing moved since: no second snapshot
+    _idle()
+    assert len(_store_dir(location, builder.name).manifests()) == 1
+    stores.discard()
+    stores.close()
+
+    restored = _task_stores(tmp_path / "elsewhere", builder, app, _settings(location))
+    restored.build(builder, lambda: 5)
+    assert restored.restore({builder.name: committed}, changelog.reader) == {builder.name: 0}
+    store = restored.stacks[builder.name].store
+    assert store.get("k49") == 299 and store.get("k7") is None and store.get("uncommitted") is None
+    restored.close()
