@@ -10,7 +10,9 @@ producer and a consumer of its partitions (:class:`ContinuousInput`). An epoch i
               the stores; init the processors) and seek the input to its positions
     loop      poll what arrived -> process (max.task.idle.ms from the known lags) ->
               punctuate (stream time after records, wall clock when due) ->
-              commit every commit.interval.ms, or when a processor asked for it
+              commit every commit.interval.ms, or when a processor asked for it (at_least_once:
+              cut the batch, go on processing, complete the commit once the cut's records
+              are acknowledged; see _CommitInFlight)
     end       the epoch's time is up, the task reached its end offsets (available-now,
               bounded epochs) or the driver asked to stop: commit, hand back the metadata
 
