@@ -264,9 +264,13 @@ def run_one(
     extra_flags: Sequence[str] = (),
     probe_type: type[_Probe] = _Probe,
     raw_dir: Path = RAW_DIR,
+    library_dir: Path = REPO_DIR,
+    label_suffix: str = "",
 ) -> dict[str, Any]:
     """One run of contender ``name`` at ``rate`` (see the module docs); ``extra_flags`` go
-    to its command, ``probe_type`` measures it, its log goes to ``raw_dir``."""
+    to its command, ``probe_type`` measures it, its log goes to ``raw_dir``. ``library_dir``:
+    the source tree the contender runs (a checkout of an earlier commit for a before/after
+    comparison: it becomes the command's ``PYTHONPATH`` and working directory)."""
     tag = f"{rate}-{rep}-{uuid.uuid4().hex[:6]}"
     in_topic, out_topic = f"lat-in-{tag}", f"lat-out-{tag}"
     broker.create_topic(in_topic, PARTITIONS, TOPIC_CONFIG)
@@ -275,8 +279,10 @@ def run_one(
     cmd, env = contender_cmds(broker.bootstrap, in_topic, out_topic, state_dir)[name]
     if cmd:
         cmd = [*cmd, *extra_flags]
+    if library_dir != REPO_DIR:
+        env = {**env, "PYTHONPATH": str(library_dir)}
     raw_dir.mkdir(parents=True, exist_ok=True)
-    label = name.replace(" ", "_").replace("=", "")
+    label = name.replace(" ", "_").replace("=", "") + label_suffix
     log_path = raw_dir / f"latency-{rate}-{label}-{rep}.log"
     probe = probe_type(broker.bootstrap, in_topic, out_topic if cmd else in_topic)
     marker = uuid.uuid4().hex
@@ -290,7 +296,7 @@ def run_one(
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
-                cwd=REPO_DIR,
+                cwd=library_dir,
                 env={**os.environ, **env, RUN_MARKER: marker},
                 start_new_session=True,
             )

@@ -1,15 +1,20 @@
 """Where the latency tail of ``run-topology`` falls in time: the slow records, second by second,
 next to the tasks' commits.
 
-``python -m bench.latency_tail [--reps 3] [--rate 2000] [--measure 30] [-- RUN-TOPOLOGY FLAGS]``
-starts one embedded broker and runs the ``processor_api epochs`` contender of
-``bench/latency.py`` (count per key with an output topic, at_least_once) ``--reps`` times on it,
-one after the other, with ``--log-level debug`` and any extra flags (e.g. ``--config
-commit.interval.ms=1000``). For every run it records p50/p90/p99, each second of produce time
-that had records slower than ``--slow-ms`` (how many, the slowest) and the tasks'
+``python -m bench.latency_tail [--reps 3] [--rate 2000] [--measure 30] [--probe-linger-ms 5]
+[--broker-alone] [-- RUN-TOPOLOGY FLAGS]`` starts one embedded broker and runs the
+``processor_api epochs`` contender of ``bench/latency.py`` (count per key with an output topic,
+at_least_once) ``--reps`` times on it, with ``--log-level debug`` and any extra flags (e.g.
+``--config commit.interval.ms=1000``). With ``BENCH_BASELINE_DIR``/``BENCH_BASELINE_REV`` set
+(a checkout of an earlier commit) the same contender on that commit runs too, and with
+``--broker-alone`` the probe alone (one hop through the broker, the same window): in each
+repetition every contender once, in rotating order. ``--probe-linger-ms`` is the probe's
+producer ``linger.ms`` (the embedded broker alone holds 2,000 records/s for 60 s at 50 ms, not
+at 5: ``bench/broker_alone.py``). For every run it records p50/p90/p99, each second of produce
+time that had records slower than ``--slow-ms`` (how many, the slowest) and the tasks'
 ``task_committed`` lines (time, duration, steps). Writes
-``bench/results/<--name>-<date>.json`` (default ``latency-tail``), the runs' logs in
-``bench/results/raw/<--name>-<date>/``.
+``bench/results/<--name>-<date>.json`` (default ``latency-tail``; medians per contender in
+``summary``), the runs' logs in ``bench/results/raw/<--name>-<date>/``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import latency
-from bench.common import RAW_DIR, Broker, command_line, log, machine_info, write_result
+from bench.common import (
+    RAW_DIR,
+    REPO_DIR,
+    Broker,
+    command_line,
+    log,
+    machine_info,
+    stats,
+    write_result,
+)
 
 _COMMIT = re.compile(
     r"timestamp='([^']+)'.*event='task_committed'.*?task='([^']+)' duration_ms=([\d.]+) "
@@ -70,43 +84,88 @@ def _commits(log_text: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+THIS_TREE = latency.EPOCHS_ALOS
+BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
+BEFORE = f"{latency.EPOCHS_ALOS} before ({os.environ.get('BENCH_BASELINE_REV', 'baseline')})"
+
+
+def _contenders(broker_alone: bool) -> dict[str, tuple[str, Path, str]]:
+    """Per contender: the ``bench/latency.py`` contender it runs, from which source tree, and
+    the suffix of its log's name."""
+    contenders = {THIS_TREE: (latency.EPOCHS_ALOS, REPO_DIR, "")}
+    if BASELINE_DIR:
+        contenders[BEFORE] = (latency.EPOCHS_ALOS, Path(BASELINE_DIR), "-before")
+    if broker_alone:
+        contenders[latency.BROKER_ALONE] = (latency.BROKER_ALONE, REPO_DIR, "")
+    return contenders
+
+
+def _summary(runs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    summary = {}
+    for name in names:
+        good = [r for r in runs if r["contender"] == name and r.get("p99_ms") is not None]
+        summary[name] = {
+            "ok": len([r for r in good if not r.get("error")]),
+            "runs": len([r for r in runs if r["contender"] == name]),
+            **{key: stats([r[key] for r in good]) for key in ("p50_ms", "p99_ms", "max_ms")},
+            "p99_ms_of_runs": [r["p99_ms"] for r in good],
+        }
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency_tail")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--measure", type=float, default=30.0)
     parser.add_argument("--slow-ms", type=int, default=150)
+    parser.add_argument("--probe-linger-ms", type=int, default=latency.PROBE_LINGER_MS)
+    parser.add_argument("--broker-alone", action="store_true", help="the probe alone too")
     parser.add_argument("--name", default="latency-tail", help="result file and raw-log folder")
     parser.add_argument("flags", nargs="*", help="more run-topology flags (after --)")
     args = parser.parse_args(argv)
     extra = ["--log-level", "debug", *args.flags]
     _TimedProbe.slow_ms = args.slow_ms
+    latency.PROBE_LINGER_MS = args.probe_linger_ms
     raw_dir = RAW_DIR / f"{args.name}-{time.strftime('%Y-%m-%d')}"  # keeps others' logs
     machine = machine_info()
+    contenders = _contenders(args.broker_alone)
+    names = list(contenders)
     runs = []
     broker = Broker.start()
     try:
         for rep in range(args.reps):
-            log(f"latency tail, {args.rate}/s, rep {rep + 1}/{args.reps}, flags {extra}")
-            result = latency.run_one(
-                broker, latency.EPOCHS_ALOS, args.rate, rep, 3.0, args.measure, 30.0,
-                extra_flags=extra, probe_type=_TimedProbe, raw_dir=raw_dir,
-            )  # fmt: skip
-            log_text = Path(result["log"]).read_text(errors="replace")
-            result["commits"] = _commits(log_text)
-            runs.append(result)
-            log(f"  -> p50 {result.get('p50_ms')} p99 {result.get('p99_ms')} ms")
-            for second in result["slow_seconds"]:
-                log(f"     {second}")
-            for commit in result["commits"]:
-                log(f"     commit {commit}")
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                contender, directory, suffix = contenders[name]
+                log(f"latency tail, {args.rate}/s, rep {rep + 1}/{args.reps}, {name}, {extra}")
+                load = os.getloadavg()[0]
+                result = latency.run_one(
+                    broker, contender, args.rate, rep, 3.0, args.measure, 30.0,
+                    extra_flags=extra, probe_type=_TimedProbe, raw_dir=raw_dir,
+                    library_dir=directory, label_suffix=suffix,
+                )  # fmt: skip
+                result["contender"] = name
+                result["loadavg_1m_at_start"] = load
+                if contender != latency.BROKER_ALONE:
+                    log_text = Path(result["log"]).read_text(errors="replace")
+                    result["commits"] = _commits(log_text)
+                runs.append(result)
+                log(f"  -> p50 {result.get('p50_ms')} p99 {result.get('p99_ms')} ms")
+                for second in result["slow_seconds"]:
+                    log(f"     {second}")
+                for commit in result.get("commits", []):
+                    log(f"     commit {commit}")
     finally:
         broker.stop()
     machine["loadavg_at_end"] = list(os.getloadavg())
+    summary = _summary(runs, names)
+    for name, figures in summary.items():
+        log(f"{name}: {figures}")
     write_result(
         args.name,
         {"command": command_line(), "flags": extra, "rate": args.rate, "slow_ms": args.slow_ms,
-         "measure_s": args.measure, "machine": machine, "runs": runs},
+         "measure_s": args.measure, "probe_linger_ms": args.probe_linger_ms,
+         "baseline_dir": BASELINE_DIR, "machine": machine, "summary": summary, "runs": runs},
     )  # fmt: skip
     return 0
 

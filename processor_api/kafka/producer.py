@@ -135,14 +135,19 @@ class DeliveryTracker:
         self._unpolled = 0
         # Filled by the delivery callbacks (deque.append needs no lock), emptied by _settle:
         # (topic, partition, offset) of an acknowledged record, (error, message) of a failed one.
+        # Each report starts with the generation of its record (see ``cut``).
         self._reports: deque[
-            tuple[str | None, int | None, int | None] | tuple[KafkaError, Message]
+            tuple[int, str | None, int | None, int | None] | tuple[int, KafkaError, Message]
         ] = deque()
         self._callback_errors: deque[tuple[Message, BaseException]] = deque()
         # Output records (``produce_values``) are acknowledged by a lighter callback that only
         # counts per topic; the counts are folded into the totals by ``_settle``.
-        self._output_acked: dict[str, list[int]] = {}
+        self._output_acked: dict[tuple[str, int], list[int]] = {}
         self._output_callbacks: dict[str, Any] = {}
+        # Generations (see ``cut``): records not reported yet, per generation they were sent in.
+        self._generation = 0
+        self._pending_by_generation: Counter[int] = Counter()
+        self._on_delivery = self._delivery_callback(0)
 
     @property
     def producer(self) -> Producer:
@@ -167,43 +172,85 @@ class DeliveryTracker:
         self._settle()
         return self._failed
 
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        # Runs inside librdkafka calls, perhaps with an exception pending (module docs): no
-        # lock, nothing that may raise out of it.
-        try:
-            if error is None:
-                # no Python call between these (module docs): the report as it came
-                self._reports.append((message.topic(), message.partition(), message.offset()))
-            else:  # kept as reported: FailedDelivery is made outside the callback, by _settle
-                self._reports.append((error, message))
-        except BaseException as exc:  # noqa: BLE001 - raised by flush_and_check
-            self._callback_errors.append((message, exc))
+    def _delivery_callback(self, generation: int) -> Any:
+        reports, errors = self._reports, self._callback_errors
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            # Runs inside librdkafka calls, perhaps with an exception pending (module docs): no
+            # lock, nothing that may raise out of it.
+            try:
+                if error is None:
+                    # no Python call between these (module docs): the report as it came
+                    reports.append(
+                        (generation, message.topic(), message.partition(), message.offset())
+                    )
+                else:  # kept as reported: FailedDelivery is made outside the callback
+                    reports.append((generation, error, message))
+            except BaseException as exc:  # noqa: BLE001 - raised by flush_and_check
+                errors.append((message, exc))
+
+        return on_delivery
+
+    def cut(self) -> int:
+        """End the current generation of records and return its number: the records sent
+        from now on belong to the next one. :meth:`unacknowledged` tells when every record of
+        a generation (and of the ones before) has been reported, while later records may
+        still be in flight (a commit that does not wait for the next batch's records)."""
+        generation = self._generation
+        self._generation += 1
+        self._on_delivery = self._delivery_callback(self._generation)
+        self._output_callbacks = {}
+        return generation
+
+    def unacknowledged(self, generation: int) -> int:
+        """Records of ``generation`` and earlier whose delivery was not reported yet, after
+        serving the delivery reports that have arrived (without waiting)."""
+        self._poll(0)
+        with self._lock:
+            return sum(n for g, n in self._pending_by_generation.items() if g <= generation)
+
+    def check_failures(self, on_failures: DeliveryFailureHandler | None = None) -> None:
+        """Raise ``DeliveryError`` for the deliveries that failed so far, or hand them to
+        ``on_failures`` (as :meth:`flush_and_check` does, without waiting for anything)."""
+        failures = self._take_failures()
+        if not failures:
+            return
+        unhandled = [f for f in failures if f.kind is not FailureKind.HANDLED]
+        if on_failures is None or unhandled:
+            raise DeliveryError(failures_text(unhandled or failures))
+        on_failures(failures)
 
     def _settle(self) -> None:
         """Fold the queued delivery reports into the counts (never inside a callback)."""
         with self._lock:
             reports, acked, by_topic = self._reports, self._acked, self._pending_by_topic
+            by_generation = self._pending_by_generation
             while reports:
                 report = reports.popleft()
                 self._pending -= 1
-                if len(report) == 2:
-                    failure = FailedDelivery.from_report(*report)
+                by_generation[report[0]] -= 1
+                if len(report) == 3:
+                    _, error, message = report
+                    failure = FailedDelivery.from_report(error, message)
                     by_topic[failure.topic] -= 1
                     self._failed += 1
                     self._failures.append(failure)
                     continue
-                topic, partition, offset = report
+                _, topic, partition, offset = report
                 assert topic is not None and partition is not None  # a delivered record's
                 by_topic[topic] -= 1
                 self._delivered += 1
                 key = (topic, partition)
                 if offset is not None and offset >= 0 and offset + 1 > acked.get(key, 0):
                     acked[key] = offset + 1
-            for topic, counted in self._output_acked.items():
+            for (topic, generation), counted in self._output_acked.items():
                 count, counted[0] = counted[0], 0
                 self._pending -= count
                 by_topic[topic] -= count
+                by_generation[generation] -= count
                 self._delivered += count
+            for generation in [g for g, n in by_generation.items() if n == 0]:
+                del by_generation[generation]
 
     def produce(
         self,
@@ -230,6 +277,7 @@ class DeliveryTracker:
         with self._lock:  # counted before produce(): its callback can only come later
             self._pending += 1
             self._pending_by_topic[topic] += 1
+            self._pending_by_generation[self._generation] += 1
         try:
             self._produce_waiting(
                 topic, value, key, -1 if partition is None else partition, timestamp, header_list
@@ -260,6 +308,7 @@ class DeliveryTracker:
         with self._lock:
             self._pending += count
             self._pending_by_topic[topic] += count
+            self._pending_by_generation[self._generation] += count
         produce, callback = self._producer.produce, self._on_delivery
         sent = 0
         try:
@@ -298,6 +347,7 @@ class DeliveryTracker:
         with self._lock:
             self._pending += count
             self._pending_by_topic[topic] += count
+            self._pending_by_generation[self._generation] += count
         produce, callback = self._producer.produce, self._output_callback(topic)
         sent = 0
         try:
@@ -320,7 +370,7 @@ class DeliveryTracker:
     def _output_callback(self, topic: str) -> Any:
         callback = self._output_callbacks.get(topic)
         if callback is None:
-            acked = self._output_acked.setdefault(topic, [0])
+            acked = self._output_acked.setdefault((topic, self._generation), [0])
             on_error = self._on_delivery
 
             def callback(error: KafkaError | None, message: Message) -> None:
@@ -410,6 +460,7 @@ class DeliveryTracker:
         with self._lock:
             self._pending -= count
             self._pending_by_topic[topic] -= count
+            self._pending_by_generation[self._generation] -= count
 
     def _warn_zero_timestamp(self, topic: str) -> None:
         if not self._warned_zero_timestamp:

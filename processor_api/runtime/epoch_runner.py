@@ -10,7 +10,9 @@ producer and a consumer of its partitions (:class:`ContinuousInput`). An epoch i
               the stores; init the processors) and seek the input to its positions
     loop      poll what arrived -> process (max.task.idle.ms from the known lags) ->
               punctuate (stream time after records, wall clock when due) ->
-              commit every commit.interval.ms, or when a processor asked for it
+              commit every commit.interval.ms, or when a processor asked for it (at_least_once:
+              cut the batch, go on processing, complete the commit once the cut's records
+              are acknowledged; see _CommitInFlight)
     end       the epoch's time is up, the task reached its end offsets (available-now,
               bounded epochs) or the driver asked to stop: commit, hand back the metadata
 
@@ -43,6 +45,12 @@ GLOBAL_CATCH_UP_S = 1.0
 #: A run that stops ends a wait for an unreachable broker after this long: the epoch ends
 #: without committing what followed its last commit (done again by the next run).
 STOP_WAIT_S = 5.0
+#: An at_least_once commit in flight (see :class:`_CommitInFlight`) waits this long for its
+#: acknowledgements between turns; after that the loop waits for them (an outage is ridden
+#: out up to ``task.timeout.ms`` as in any commit).
+IN_FLIGHT_MAX_S = 5.0
+#: While a commit is in flight the loop looks for its acknowledgements at least this often.
+IN_FLIGHT_POLL_S = 0.005
 
 
 def _interruption(control: EpochControl, waited_s: float) -> str | None:
@@ -92,6 +100,20 @@ class TurnOutcome:
 
 
 @dataclass
+class _CommitInFlight:
+    """An at_least_once commit cut but not complete: its changelog records are sent and the
+    next batch is being processed while their acknowledgements come."""
+
+    generation: int  # the producer's generation of the batch's records (DeliveryTracker.cut)
+    metadata: TaskMetadata  # the task's metadata at the cut
+    offsets: dict[tuple[str, int], int]  # the group offsets at the cut
+    covered: dict[str, dict[bytes, bytes | None]]  # the buffered store writes at the cut
+    changelog_records: int
+    started: float  # monotonic
+    sent: float  # monotonic: the changelog records handed to the producer
+
+
+@dataclass
 class _Epoch:
     """The epoch a task is in."""
 
@@ -121,6 +143,7 @@ class EpochTaskRunner(TaskRunner):
         self._last_commit_json: str | None = None  # survives the task being dropped
         self._first_records_seen = False  # the first input this host processes is logged
         self._epoch: _Epoch | None = None
+        self._in_flight: _CommitInFlight | None = None
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
@@ -194,6 +217,8 @@ class EpochTaskRunner(TaskRunner):
         task, stream, epoch = self._task, self._stream, self._epoch
         if task is None or stream is None or self._unfinished or stream.pending:
             return 0.0
+        if self._in_flight is not None:
+            cap_s = min(cap_s, IN_FLIGHT_POLL_S)
         wait_s = self._punctuation_wait_s(task, cap_s)
         if epoch is not None and epoch.deadline is not None:
             wait_s = min(wait_s, max(0.0, epoch.deadline - time.monotonic()))
@@ -270,6 +295,9 @@ class EpochTaskRunner(TaskRunner):
             )
         task, stream = self._task, self._stream
         assert task is not None and stream is not None
+        if self._in_flight is not None:
+            self._advance_commit()
+            wait_s = min(wait_s, IN_FLIGHT_POLL_S)
         now = self.alive_at = time.monotonic()
         # process until the next commit or punctuation is due, then look at the clocks
         busy_until = now + self._punctuation_wait_s(task, max(0.0, commit_at - now))
@@ -286,6 +314,10 @@ class EpochTaskRunner(TaskRunner):
         )
         if not (finished or now >= commit_at or task.commit_requested):
             return TurnOutcome(finished=False, busy=busy)
+        if not finished and not self.config.exactly_once and self._committed is not None:
+            # at_least_once: cut the batch and go on processing while its records are
+            # acknowledged (_advance_commit completes it in a later turn)
+            return TurnOutcome(finished=False, busy=self._start_commit() or busy)
         committed = self._dirty or self._committed is None
         try:
             self._commit()
@@ -342,6 +374,11 @@ class EpochTaskRunner(TaskRunner):
     def end_gap(self) -> None:
         """After processing between epochs."""
         self._patience.interrupted = lambda waited_s: None
+
+    def _abandon_batch(self) -> int:
+        """Drop the open batch, a commit in flight with it (see :class:`TaskRunner`)."""
+        self._in_flight = None
+        return super()._abandon_batch()
 
     def drop_uncommitted(self) -> bool:
         """Drop the task if it did anything since its last commit (the next epoch rebuilds it
@@ -405,6 +442,7 @@ class EpochTaskRunner(TaskRunner):
         failures, stream = self._delivery_failures, self._stream
         assert task is not None and stores is not None and collector is not None
         assert failures is not None and stream is not None
+        self._finish_commit(wait=True)  # a commit in flight completes first
         if not self._dirty and self._committed is not None:
             return
         dropped_before = failures.dropped
@@ -436,6 +474,20 @@ class EpochTaskRunner(TaskRunner):
         # 6. the committed state remembered: the next epoch's GroupState must equal it
         self._batch_open = False
         self._dirty = False
+        self._remember_commit(metadata, changelog_count, dropped_before, started, step_ends)
+
+    def _remember_commit(
+        self,
+        metadata: TaskMetadata,
+        changelog_count: int,
+        dropped_before: int,
+        started: float,
+        step_ends: list[float],
+        in_flight: bool = False,
+    ) -> None:
+        """A commit is complete: its state remembered, counted and logged."""
+        task, stores, failures = self._task, self._stores, self._delivery_failures
+        assert task is not None and stores is not None and failures is not None
         self._committed = LastCommit.of(metadata)
         self._last_commit_json = self._committed.json
         counts = self._counts
@@ -452,7 +504,86 @@ class EpochTaskRunner(TaskRunner):
             commits=counts.commits,
             processed=counts.processed,
             stream_time=metadata.stream_time,
+            in_flight=in_flight,
         )
+
+    # --------------------------------------------------- commit without a stall
+    def _start_commit(self) -> bool:
+        """Cut the batch (at_least_once): its changelog records are sent, its metadata, group
+        offsets and buffered store writes taken as they are now, and the loop goes on with the
+        next batch; :meth:`_advance_commit` completes the commit once every record of the
+        batch is acknowledged. Whether anything was cut."""
+        self._finish_commit(wait=True)  # one commit in flight at a time
+        task, stores, collector, stream = self._task, self._stores, self._collector, self._stream
+        assert task is not None and stores is not None and collector is not None
+        assert stream is not None
+        if not self._dirty:
+            return False
+        last = self._committed
+        assert last is not None, "a live task has a last commit"
+        started = time.monotonic()
+        try:
+            changelog_count = self._produce_changelogs(task, collector)
+            generation = self._guarantee.producer.cut()
+            self._in_flight = _CommitInFlight(
+                generation=generation,
+                metadata=replace(task.metadata(), commit=last.metadata.commit),
+                offsets=self._group_offsets(task, stream),
+                covered=stores.pending_writes(),
+                changelog_records=changelog_count,
+                started=started,
+                sent=time.monotonic(),
+            )
+        except BaseException:
+            self._log.warning("task_commit_failed", buffered_writes_dropped=self._abandon_batch())
+            raise
+        self._dirty = False
+        return True
+
+    def _advance_commit(self) -> None:
+        """Complete the commit in flight if its records are acknowledged (or it waited past
+        ``IN_FLIGHT_MAX_S``: then wait for them, with the patience of any commit)."""
+        in_flight = self._in_flight
+        assert in_flight is not None
+        try:
+            waiting = self._guarantee.producer.unacknowledged(in_flight.generation)
+        except BaseException:
+            self._log.warning("task_commit_failed", buffered_writes_dropped=self._abandon_batch())
+            raise
+        if waiting == 0 or time.monotonic() - in_flight.started >= IN_FLIGHT_MAX_S:
+            self._finish_commit(wait=waiting > 0)
+
+    def _finish_commit(self, wait: bool) -> None:
+        """Complete the commit in flight, if any: (``wait``: once every record is
+        acknowledged) the failed deliveries handled, the marker and the group offsets of the
+        cut committed, the cut's store writes applied."""
+        in_flight = self._in_flight
+        if in_flight is None:
+            return
+        task, stores, failures = self._task, self._stores, self._delivery_failures
+        assert task is not None and stores is not None and failures is not None
+        dropped_before = failures.dropped
+        try:
+            if wait:
+                self._guarantee.flush(failures)
+            else:
+                self._guarantee.producer.check_failures(failures)
+            step_ends = [in_flight.sent, time.monotonic()]
+            positions = self._acked_changelog_positions(task)
+            task.set_changelog_offsets(positions)
+            metadata = replace(in_flight.metadata, changelog_offsets=dict(positions))
+            metadata = self._guarantee.commit(metadata, in_flight.offsets)
+            step_ends.append(time.monotonic())
+            stores.commit(positions, in_flight.covered)
+            step_ends.append(time.monotonic())
+        except WaitInterrupted:
+            raise
+        except BaseException:
+            self._log.warning("task_commit_failed", buffered_writes_dropped=self._abandon_batch())
+            raise
+        self._in_flight = None
+        self._remember_commit(metadata, in_flight.changelog_records, dropped_before,
+                              in_flight.started, step_ends, in_flight=True)  # fmt: skip
 
     def _group_offsets(self, task: Task, stream: ContinuousInput) -> dict[tuple[str, int], int]:
         """The consumer-group offsets of this commit: per input, the first record the task

@@ -10,6 +10,7 @@ local store exactly at the last committed position: no restore is needed to retr
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 from processor_api.state.base import BytesStore
 from processor_api.state.caching import CachingBytesStore
@@ -24,10 +25,31 @@ class BatchBufferBytesStore(CachingBytesStore):
     def flush(self) -> None:
         """No-op: buffered writes reach the inner store only through :meth:`commit`."""
 
-    def commit(self) -> int:
-        """Apply the buffered writes to the inner store (one ``put_all``); returns how many."""
+    def pending(self) -> dict[bytes, bytes | None]:
+        """A copy of the buffered writes: what a commit cut now covers (see :meth:`commit`)."""
+        return dict(self._dirty)
+
+    def commit(self, covered: Mapping[bytes, bytes | None] | None = None) -> int:
+        """Apply the buffered writes to the inner store (one ``put_all``); returns how many.
+
+        ``covered`` (a :meth:`pending` copy taken at a commit cut) applies only those writes,
+        for a commit that completes while the next batch is already being processed: a key
+        written again since the cut stays buffered with its newer value (it belongs to the
+        next batch; :meth:`discard` then drops it and leaves the cut's value).
+        """
         self._check_open()
-        count = self._write_back()
+        if covered is None:
+            count = self._write_back()
+        else:
+            count = len(covered)
+            if count:
+                self.inner.put_all(sorted(covered.items()))
+                dirty = self._dirty
+                for key, value in covered.items():
+                    if key in dirty and dirty[key] is value:  # not written since the cut
+                        del dirty[key]
+                self._sorted = sorted(dirty)
+                self._new = []
         self.inner.flush()
         return count
 

@@ -421,16 +421,29 @@ class TaskStores:
                 _IN_MEMORY[key] = (entry[0], position)
 
     # ------------------------------------------------------------- checkpoint
-    def commit(self, positions: Mapping[str, int]) -> int:
+    def pending_writes(self) -> dict[str, dict[bytes, bytes | None]]:
+        """Per store, a copy of the buffered writes: what a commit cut covers (the ``covered``
+        of :meth:`commit`, when the commit completes after the next batch began)."""
+        return {name: buffer.pending() for name, buffer in self.buffers.items()}
+
+    def commit(
+        self,
+        positions: Mapping[str, int],
+        covered: Mapping[str, Mapping[bytes, bytes | None]] | None = None,
+    ) -> int:
         """Apply the batch's buffered writes and record the changelog offsets they reach.
 
-        Call only once the batch's changelog records are durable. Returns the number of
-        entries written to the local stores.
+        Call only once the batch's changelog records are durable. ``covered``
+        (:meth:`pending_writes` at the batch's cut) applies only the batch's writes and keeps
+        those made since. Returns the number of entries written to the local stores.
         """
         delete_checkpoint(self.checkpoint_path)
         self._set_in_memory_positions(-1)
         with self._writing("applying the batch's writes"):
-            written = sum(buffer.commit() for buffer in self.buffers.values())
+            written = sum(
+                buffer.commit(None if covered is None else covered.get(name, {}))
+                for name, buffer in self.buffers.items()
+            )
         offsets = {}
         for name, position in positions.items():
             builder = self._builders.get(name)

@@ -74,7 +74,10 @@ class SnapshotRestored:
 
 @dataclass
 class _Upload:
-    directory: StoreSnapshotDir
+    #: The store's snapshot directory, opened by the upload thread: opening a location
+    #: imports ``pyarrow.fs`` (about 0.3 s the first time), which the task's loop must not wait for.
+    directory: Callable[[], StoreSnapshotDir]
+    key: str  # the store's location, as configured (one pending upload per key)
     checkpoint: Path
     template: SnapshotManifest
     settings: SnapshotSettings
@@ -95,7 +98,7 @@ class SnapshotUploader:
         self._thread: threading.Thread | None = None
 
     def submit(self, upload: _Upload) -> None:
-        root = upload.directory.root
+        root = upload.key
         with self._guard:
             replaced = self._pending.get(root)
             self._pending[root] = upload
@@ -143,7 +146,17 @@ class SnapshotUploader:
 
     def _upload(self, upload: _Upload) -> None:
         started = time.monotonic()
-        directory, settings = upload.directory, upload.settings
+        settings = upload.settings
+        try:
+            directory = upload.directory()
+        except Exception as exc:  # noqa: BLE001 - as a failed upload below
+            upload.log.warning(
+                "snapshot_upload_failed",
+                location=upload.key,
+                error=f"{type(exc).__name__}: {exc}",
+                detail="the store stays restorable from its changelog and older snapshots",
+            )
+            return
         uploaded = self.uploaded_files(directory.root)
         try:
             manifest, sent = directory.upload(
@@ -247,7 +260,14 @@ class TaskSnapshots:
                 files=(),
             )
             self._uploader.submit(
-                _Upload(self.store_dir(store), target, template, self.settings, self._log)
+                _Upload(
+                    partial(self.store_dir, store),
+                    f"{self.settings.location}/{self.task_id}/{store}",
+                    target,
+                    template,
+                    self.settings,
+                    self._log,
+                )
             )
 
     def restore(

@@ -36,3 +36,54 @@ def test_opening_a_snapshot_location_imports_pyarrow(tmp_path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "True"
+
+
+_UPLOAD_IMPORTS = """
+import sys, threading
+from pathlib import Path
+
+importers = []
+
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyarrow.fs":
+            importers.append(threading.current_thread().name)
+        return None
+
+
+sys.meta_path.insert(0, Watch())
+from processor_api.state.snapshots import UPLOADER, SnapshotSettings, TaskSnapshots
+
+root = Path(sys.argv[1])
+snapshots = TaskSnapshots(
+    SnapshotSettings(str(root / "snapshots"), interval_ms=0),
+    task_id="0_0", partition=0, directory=root / "task",
+)
+
+
+def checkpoint(target):
+    target.mkdir(parents=True)
+    (target / "CURRENT").write_text("x")
+
+
+snapshots.take([("counts", checkpoint, "app-counts-changelog", 7, {})])
+UPLOADER.wait_idle(60)
+print(" ".join(importers))
+print(sorted(p.name for p in (root / "snapshots" / "0_0" / "counts").iterdir()))
+"""
+
+
+def test_a_snapshot_imports_pyarrow_in_the_upload_thread_not_in_the_tasks_loop(tmp_path) -> None:
+    # the first import of pyarrow.fs takes about 0.3 s: on the loop's thread it stopped every
+    # task of the worker at the commit that took the first snapshot
+    done = subprocess.run(
+        [sys.executable, "-c", _UPLOAD_IMPORTS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    importers, uploaded = done.stdout.strip().splitlines()
+    assert importers == "processor-api-snapshots", done.stdout
+    assert uploaded != "[]", done.stdout  # the snapshot was written

@@ -50,3 +50,18 @@ def test_close_without_commit_loses_nothing_committed(inner):
     buffer.put(b"k", b"uncommitted")
     buffer.close()
     assert not inner.is_open
+
+
+def test_a_commit_of_a_cut_applies_the_cut_and_keeps_later_writes_buffered(inner):
+    buffer = BatchBufferBytesStore(inner)
+    buffer.put(b"a", b"a1")
+    buffer.put(b"b", b"b1")
+    buffer.delete(b"c")
+    cut = buffer.pending()
+    buffer.put(b"b", b"b2")  # the next batch, written before the cut's commit completes
+    buffer.put(b"d", b"d2")
+    assert buffer.commit(cut) == 3
+    assert (inner.get(b"a"), inner.get(b"b"), inner.get(b"d")) == (b"a1", b"b1", None)
+    assert list(buffer.range(None, None)) == [(b"a", b"a1"), (b"b", b"b2"), (b"d", b"d2")]
+    assert buffer.discard() == 2  # only the next batch's writes were still buffered
+    assert list(buffer.range(None, None)) == [(b"a", b"a1"), (b"b", b"b1")]
