@@ -166,26 +166,9 @@ def _timestamp(text: str) -> int:
 
 def _parse_key(option: str, text: str | None, serde: Any, store: str) -> Any:
     """A key given on the command line, typed for the store's key serde."""
-    from processor_api.errors import ConfigError
+    from processor_api.store_queries import parse_key
 
-    if text is None:
-        return None
-    name = getattr(serde, "name", "custom")
-    if name == "string":
-        return text
-    if name == "bytes":
-        return text.encode()
-    try:
-        key = json.loads(text)
-    except ValueError:
-        key = text  # e.g. a custom serde of plain text
-    try:
-        serde.serialize(key)
-    except Exception as exc:  # noqa: BLE001 - any serde failure is a bad argument
-        raise ConfigError(
-            f"{option} {text!r} does not fit the key serde ({name}) of store {store!r}: {exc}"
-        ) from None
-    return key
+    return None if text is None else parse_key(text, serde, store, option)
 
 
 def _print(rows: Iterable[dict[str, Any]], output: str) -> None:

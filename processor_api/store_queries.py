@@ -8,6 +8,7 @@ point (``processor_api.read_store``), shared by the ``read-store`` command and
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,31 @@ def read_store(
         registry=None if registry is None else client_config(registry),
     )
     return (entry for _, entry in reader.read(selection))
+
+
+def parse_key(text: str, serde: Any, store: str, what: str = "key") -> Any:
+    """A key given as text (a command line's, a URL's), typed for the store's key serde: the
+    text itself for string keys, its UTF-8 bytes for bytes keys, else JSON (or the text when
+    it is not JSON, e.g. for a custom serde of plain text). Raises ``ConfigError`` naming
+    ``what`` and the store when the serde cannot serialize it."""
+    from processor_api.errors import ConfigError
+
+    name = getattr(serde, "name", "custom")
+    if name == "string":
+        return text
+    if name == "bytes":
+        return text.encode()
+    try:
+        key = json.loads(text)
+    except ValueError:
+        key = text
+    try:
+        serde.serialize(key)
+    except Exception as exc:  # noqa: BLE001 - any serde failure is a bad key
+        raise ConfigError(
+            f"{what} {text!r} does not fit the key serde ({name}) of store {store!r}: {exc}"
+        ) from None
+    return key
 
 
 def entry_fields(entry: KeyValue) -> dict[str, Any]:
