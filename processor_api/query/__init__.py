@@ -8,6 +8,7 @@ See the manual's "Interactive queries" page.
 from processor_api.query.client import QueryClient
 from processor_api.query.errors import (
     BadQueryError,
+    EndpointUnreachableError,
     KeyNotFoundError,
     QueryError,
     TaskUnavailableError,
@@ -17,6 +18,7 @@ from processor_api.query.errors import (
 
 __all__ = [
     "BadQueryError",
+    "EndpointUnreachableError",
     "KeyNotFoundError",
     "QueryClient",
     "QueryError",

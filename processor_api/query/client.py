@@ -17,7 +17,7 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urlencode
 from urllib.request import Request, urlopen
 
-from processor_api.query.errors import ERRORS_BY_CODE, QueryError
+from processor_api.query.errors import ERRORS_BY_CODE, EndpointUnreachableError, QueryError
 
 #: How long a request waits for the endpoint (seconds).
 TIMEOUT_S = 30.0
@@ -31,7 +31,9 @@ class QueryClient:
     the application does not have, :class:`~processor_api.query.errors.BadQueryError` for a
     key of the wrong type or a read the store's kind does not serve,
     :class:`~processor_api.query.errors.TaskUnavailableError` while the task holding the key
-    restores or moves (``retry_after_s`` says when to ask again), and
+    restores or moves (``retry_after_s`` says when to ask again),
+    :class:`~processor_api.query.errors.EndpointUnreachableError` when nothing answers at
+    ``url``, and
     :class:`~processor_api.query.errors.QueryError` for anything else the endpoint refused.
     """
 
@@ -135,7 +137,7 @@ class QueryClient:
         except HTTPError as exc:
             raise _error(exc) from None
         except URLError as exc:
-            raise QueryError(
+            raise EndpointUnreachableError(
                 f"the query endpoint {self.url} does not answer: {exc.reason}"
             ) from None
 

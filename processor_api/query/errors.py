@@ -53,6 +53,12 @@ class TaskUnavailableError(QueryError):
     status, code = 503, "unavailable"
 
 
+class EndpointUnreachableError(QueryError):
+    """The query endpoint does not answer (a client's error, never an HTTP answer)."""
+
+    code = "unreachable"
+
+
 #: ``code`` of an error answer -> the error raised for it.
 ERRORS_BY_CODE: dict[str, type[QueryError]] = {
     cls.code: cls

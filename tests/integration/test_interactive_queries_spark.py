@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from processor_api.broker_cli import main as processor_api_main
 from processor_api.kafka.partitioner import default_partition
 from processor_api.query import (
     BadQueryError,
@@ -89,7 +90,9 @@ def _settled(client: QueryClient, expected: list[dict]) -> bool | None:
     return True if _by_key(got) == expected else None
 
 
-def test_every_store_kind_read_live_and_committed_equals_the_test_driver(kafka, spark, tmp_path):
+def test_every_store_kind_read_live_and_committed_equals_the_test_driver(
+    kafka, spark, tmp_path, capsys
+):
     run_id = uid()
     app_id, topic = f"iq{run_id}", f"iq-in-{run_id}"
     kafka.create_topic(topic, 2)
@@ -98,7 +101,8 @@ def test_every_store_kind_read_live_and_committed_equals_the_test_driver(kafka, 
         kafka.bootstrap_servers, topic, [(k.encode(), v.encode(), None, t) for k, v, t in records]
     )
     driver = _expected(records)
-    totals = _by_key(_rendered(driver.get_key_value_store("totals").all()))
+    totals_store = driver.get_key_value_store("totals")
+    totals = _by_key(_rendered(totals_store.all()))
 
     with _run(kafka, spark, tmp_path, app_id, topic, query_token=TOKEN) as run:
         port = wait_for("the query port", lambda: run.runner.query_port, alive=run)
@@ -179,6 +183,21 @@ def test_every_store_kind_read_live_and_committed_equals_the_test_driver(kafka, 
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(urllib.request.Request(f"{url}/stores", method="DELETE"))
         assert refused.value.code == 405
+
+        # the command, for people
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN + "\n")
+        command = ["query", "--url", url, "--token-file", str(token_file)]
+        capsys.readouterr()
+        assert processor_api_main([*command, "totals", "c05"]) == 0
+        assert json.loads(capsys.readouterr().out)["value"] == totals_store.get("c05")
+        assert processor_api_main([*command, "per-minute", "c05", "--committed"]) == 0
+        windows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert _fields(windows) == _rendered(window_store.fetch("c05", "c05", 0, BASE_MS * 2))
+        assert processor_api_main([*command, "totals", "nobody"]) == 1
+        assert "store 'totals' holds no key 'nobody'" in capsys.readouterr().err
+        assert processor_api_main([*command, "nope"]) == 2
+        assert "no store 'nope'" in capsys.readouterr().err
         run.stop()
     driver.close()
 
