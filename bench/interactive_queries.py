@@ -64,7 +64,7 @@ def _lookups(url: str, per_s: float, stop: Any, out: dict[str, Any], seed: int) 
     next_at = time.monotonic()
     rng = random.Random(seed)
     address = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+    connection = http.client.HTTPConnection(str(address.hostname), address.port, timeout=10)
     while not stop.is_set():
         key = key_for(rng.randrange(KEYS), KEYS).decode()
         started = time.perf_counter()
@@ -168,6 +168,10 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+#: The runs' commit.interval.ms (``--commit-interval-ms``).
+COMMIT_INTERVAL_MS = {"value": 1000}
+
+
 def _runner(spark: Any, bootstrap: str, topic: str, available_now: bool, port: int = 0) -> Any:
     from processor_api.spark.runner import RunSettings, TopologyRunner
 
@@ -178,7 +182,7 @@ def _runner(spark: Any, bootstrap: str, topic: str, available_now: bool, port: i
         available_now=available_now,
         epoch_interval_s=600.0,
         query_port=port,
-        config={"commit.interval.ms": "1000"},
+        config={"commit.interval.ms": str(COMMIT_INTERVAL_MS["value"])},
     )
     return TopologyRunner(TOPOLOGY, settings, topology_kwargs={"input_topic": topic}, spark=spark)
 
@@ -215,7 +219,9 @@ def cost_run(spark: Any, bootstrap: str, topic: str, records: int, lookups: floa
     }
 
 
-def latency_run(spark: Any, bootstrap: str, topic: str, rate: int, lookups: float, seconds: float):
+def latency_run(
+    spark: Any, bootstrap: str, topic: str, rate: int, lookups: float, seconds: float
+) -> dict[str, Any]:
     """A continuous run fed at ``rate`` while ``lookups``/s ask it; then the range reads."""
     runner = _runner(spark, bootstrap, topic, available_now=False)
     thread = threading.Thread(target=runner.run, daemon=True)
@@ -276,7 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--lookups", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--commit-interval-ms", type=int, default=1000)
+    parser.add_argument("--latency-only", action="store_true", help="skip the cost runs")
     args = parser.parse_args(argv)
+    COMMIT_INTERVAL_MS["value"] = args.commit_interval_ms
     started_load = os.getloadavg()[0]
     broker = Broker.start()
     spark = None
@@ -289,9 +298,10 @@ def main(argv: list[str] | None = None) -> None:
             "bench-interactive-queries",
             PARTITIONS,
         )
-        cost_run(spark, broker.bootstrap, backlog, args.records, 0)  # warm-up
         runs = []
-        for rep in range(args.reps):
+        if not args.latency_only:
+            cost_run(spark, broker.bootstrap, backlog, args.records, 0)  # warm-up
+        for rep in range(0 if args.latency_only else args.reps):
             for lookups in (0.0, args.lookups) if rep % 2 == 0 else (args.lookups, 0.0):
                 run = cost_run(spark, broker.bootstrap, backlog, args.records, lookups)
                 log(f"cost rep {rep}: {run}")
@@ -305,13 +315,16 @@ def main(argv: list[str] | None = None) -> None:
         if spark is not None:
             spark.stop()
         broker.stop()
-    without = statistics.median(r["records_per_s"] for r in runs if not r["lookups_per_s"])
-    with_ = statistics.median(r["records_per_s"] for r in runs if r["lookups_per_s"])
+    without = with_ = None
+    if runs:
+        without = statistics.median(r["records_per_s"] for r in runs if not r["lookups_per_s"])
+        with_ = statistics.median(r["records_per_s"] for r in runs if r["lookups_per_s"])
     write_result(
-        "interactive-queries",
+        "interactive-queries" + ("-latency" if args.latency_only else ""),
         {
             "command": "python -m bench.interactive_queries " + " ".join(argv or []),
             "machine": machine_info(),
+            "commit_interval_ms": args.commit_interval_ms,
             "load_average_start": started_load,
             "load_average_end": os.getloadavg()[0],
             "cost": {
@@ -319,7 +332,9 @@ def main(argv: list[str] | None = None) -> None:
                 "runs": runs,
                 "median_records_per_s_without": without,
                 "median_records_per_s_with": with_,
-                "cost_fraction": round(1 - with_ / without, 4),
+                "cost_fraction": (
+                    None if with_ is None or without is None else round(1 - with_ / without, 4)
+                ),
             },
             "latency": latency,
         },
