@@ -2,8 +2,8 @@
 the application processes 20,000 records/s, what 500 lookups/s cost the processing, and the
 time of a 10,000-entry range.
 
-``flock /tmp/spark-tests.lock python -m bench.interactive_queries [--reps R] [--records N]
-[--rate 20000] [--lookups 500] [--seconds 30]`` (it starts Spark and a broker) writes
+``python -m bench.interactive_queries [--reps R] [--records N] [--rate 20000] [--lookups 500]
+[--seconds 30]`` (it starts Spark and a broker: run it alone) writes
 ``bench/results/interactive-queries-<date>.json``. On one local SparkSession (``local[2]``),
 count per key (``topologies/count_per_key.py``, 2 partitions, RocksDB, 10,000 keys):
 
