@@ -7,7 +7,6 @@ point (``processor_api.read_store``), shared by the ``read-store`` command and
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -109,43 +108,3 @@ def read_store(
         registry=None if registry is None else client_config(registry),
     )
     return (entry for _, entry in reader.read(selection))
-
-
-def entry_fields(entry: KeyValue) -> dict[str, Any]:
-    """One store entry as flat fields: ``key``, ``value``, and where the store has them
-    ``window_start``/``window_end`` (window stores), ``session_start``/``session_end``
-    (session stores, both inclusive), ``timestamp`` (timestamped and versioned stores) and
-    ``valid_to`` (versioned stores: when the next version starts, None for the latest)."""
-    from processor_api.state.windowed_types import (
-        SessionWindow,
-        ValueAndTimestamp,
-        VersionedRecord,
-        Windowed,
-    )
-
-    key, value = entry.key, entry.value
-    fields: dict[str, Any] = {}
-    if isinstance(key, Windowed):
-        window = key.window
-        fields["key"] = key.key
-        prefix = "session" if isinstance(window, SessionWindow) else "window"
-        fields[f"{prefix}_start"], fields[f"{prefix}_end"] = window.start, window.end
-    else:
-        fields["key"] = key
-    if isinstance(value, ValueAndTimestamp | VersionedRecord):
-        fields["value"], fields["timestamp"] = value.value, value.timestamp
-        if isinstance(value, VersionedRecord):
-            fields["valid_to"] = value.valid_to
-    else:
-        fields["value"] = value
-    return {"key": fields.pop("key"), "value": fields.pop("value"), **fields}
-
-
-def json_default(value: Any) -> Any:
-    """``json.dumps`` fallback for entry fields: bytes as base64 text, sets and tuples as lists,
-    anything else as its ``repr``."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return repr(value)

@@ -105,8 +105,9 @@ def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
     from processor_api.cli.run_topology import kafka_settings
     from processor_api.config import StreamsConfig
     from processor_api.kafka.store_reader import store_builder
+    from processor_api.state.json_entries import entry_fields
     from processor_api.state.snapshots import settings_from_config as snapshot_settings
-    from processor_api.store_queries import entry_fields, open_store_reader
+    from processor_api.store_queries import open_store_reader
     from processor_api.topology.loader import load_topology
 
     kafka = kafka_settings(args)
@@ -166,30 +167,13 @@ def _timestamp(text: str) -> int:
 
 def _parse_key(option: str, text: str | None, serde: Any, store: str) -> Any:
     """A key given on the command line, typed for the store's key serde."""
-    from processor_api.errors import ConfigError
+    from processor_api.state.json_entries import parse_key
 
-    if text is None:
-        return None
-    name = getattr(serde, "name", "custom")
-    if name == "string":
-        return text
-    if name == "bytes":
-        return text.encode()
-    try:
-        key = json.loads(text)
-    except ValueError:
-        key = text  # e.g. a custom serde of plain text
-    try:
-        serde.serialize(key)
-    except Exception as exc:  # noqa: BLE001 - any serde failure is a bad argument
-        raise ConfigError(
-            f"{option} {text!r} does not fit the key serde ({name}) of store {store!r}: {exc}"
-        ) from None
-    return key
+    return None if text is None else parse_key(text, serde, store, option)
 
 
 def _print(rows: Iterable[dict[str, Any]], output: str) -> None:
-    from processor_api.store_queries import json_default
+    from processor_api.state.json_entries import json_default
 
     out = sys.stdout
     if output == "json":

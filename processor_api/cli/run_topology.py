@@ -32,6 +32,7 @@ from processor_api.errors import (
     TopologyLoadError,
 )
 from processor_api.logging import LEVELS, configure_logging, get_logger
+from processor_api.query.command import add_query_arguments, query_settings
 
 SETUP_ERRORS = (ConfigError, BrokerUnavailableError, MissingTopicError, TopologyError)
 
@@ -183,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve /metrics (Prometheus), /health/live and /health/ready on this port "
         "(0: a free port, logged as metrics_server_started); off by default",
     )
+    add_query_arguments(parser)
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument(
         "--log-level",
@@ -334,6 +336,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port must be 0-65535, got {args.metrics_port}")
     _refuse_removed_flags(args)
+    queries = query_settings(args)
     with ExitStack() as stack:
         stack.enter_context(ApplicationLock(args.state_dir, application_id))
         if args.cleanup:
@@ -376,6 +379,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             spark_conf=dict(args.spark_conf),
             kafka_config=kafka_config,
             metrics_port=args.metrics_port,
+            **queries,
         )
         runner = TopologyRunner(args.topology, settings, topology_kwargs=topology_kwargs)
         runner.prepare()

@@ -5,6 +5,9 @@ Kafka says about an application, running or stopped (``app_status.py``): per tas
 input positions and lag, stream time, last commit and its age, changelog sizes. Exit status: 0,
 2 for bad arguments, a broker that does not answer or an application that never committed.
 
+``processor-api query --url URL STORE [KEY]`` reads a running application's stores through
+its ``run-topology --query-port`` endpoint (``query/command.py``).
+
 ``processor-api broker``: an embedded broker (Tansu) in the foreground, for local development.
 
     processor-api broker --port 9092 --topic orders:3 --topic customers
@@ -30,6 +33,7 @@ from types import FrameType
 from processor_api.cli.run_topology import add_kafka_arguments, kafka_settings
 from processor_api.errors import BrokerUnavailableError, ConfigError, StreamsError
 from processor_api.logging import LEVELS, configure_logging
+from processor_api.query.command import add_query_command, run_query
 
 PROG = "processor-api"
 ALIVE_WITHIN_S = 120.0  # app_status.ALIVE_WITHIN_S, without importing the Kafka clients
@@ -87,12 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_kafka_arguments(status)
     status.add_argument("--log-level", choices=LEVELS, default="warning")
+    add_query_command(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``processor-api``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.command == "query":
+        return run_query(args, PROG)
     configure_logging("console", args.log_level)
     if args.command == "status":
         return _status(args)

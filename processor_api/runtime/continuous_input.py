@@ -18,6 +18,7 @@ consumer. A (topic, partition) belongs to one task: sub-topologies share no inpu
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -50,6 +51,8 @@ _FATAL_CODES = (
 #: Records taken from the consumer per fetch (Kafka Streams' ``max.poll.records`` is 1,000;
 #: Python pays per call, so more per call, still handed out as soon as they are there).
 POLL_RECORDS = 5_000
+#: With interactive queries on, a wait for records looks whether a query came this often (s).
+WAKE_SLICE_S = 0.002
 #: Input silent this long (no record, no end of partition) makes the worker ask the broker
 #: whether it is there: a consumer says nothing while its broker is gone.
 PROBE_AFTER_S = 5.0
@@ -93,6 +96,8 @@ class WorkerInput:
         self._answered_at = time.monotonic()  # the broker last answered (a fetch, a probe)
         self._probed_at = 0.0
         self.unreachable_since: float | None = None
+        #: Set (from any thread) to end a wait for records early; None: waits are not woken.
+        self.woken: threading.Event | None = None
         self._log = get_logger("processor_api.worker_input", client=client_name)
 
     @property
@@ -127,7 +132,7 @@ class WorkerInput:
         consumer = self.consumer
         messages = consumer.consume(self.poll_records, 0)
         if not messages and timeout_s > 0:
-            first = consumer.poll(timeout_s)
+            first = self._wait(consumer, timeout_s)
             if first is not None:
                 messages = [first, *consumer.consume(self.poll_records - 1, 0)]
         now = time.monotonic()
@@ -153,6 +158,22 @@ class WorkerInput:
                 self._log.debug("read_transient_error", error=error.str())
             # else: a record of a partition unassigned meanwhile: its task reads it again
         return len(messages)
+
+    def _wait(self, consumer: Consumer, timeout_s: float) -> Any:
+        """The first record within ``timeout_s``; with ``woken`` in short slices, so that
+        setting it ends the wait (librdkafka's poll cannot be woken from Python)."""
+        woken = self.woken
+        if woken is None:
+            return consumer.poll(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not woken.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            first = consumer.poll(min(left, WAKE_SLICE_S))
+            if first is not None:
+                return first
+        return None
 
     def _probe(self, consumer: Consumer) -> None:
         """Ask for the cluster's metadata (all topics: naming one may create it on some

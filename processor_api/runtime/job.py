@@ -38,6 +38,11 @@ class JobSpec:
     #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/``
     #: (``runtime/executor_dirs.py``).
     state_dir_per_executor: bool = False
+    #: Interactive queries (``--query-port``): the driver's query router as ``host:port``,
+    #: which every worker host dials (``runtime/query_link.py``), and the run's secret it
+    #: checks; None: no queries.
+    query_router: str | None = None
+    query_secret: str | None = None
 
     @property
     def executor_state_dir(self) -> str:

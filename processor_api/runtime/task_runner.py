@@ -19,6 +19,7 @@ commits::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,6 +42,7 @@ from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_sizes
 from processor_api.runtime.patience import Patience
+from processor_api.runtime.query_link import TaskStoreReader
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.state.snapshots import TaskSnapshots
@@ -135,6 +137,8 @@ class TaskRunner:
         #: What the task did in this process (``runtime/metrics.py``), read by the host's
         #: metrics publisher.
         self.metrics = TaskMetrics(task_id)
+        #: Called between two processing chunks (the host answers interactive queries there).
+        self.between_chunks: Callable[[], None] | None = None
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
     def _make_guarantee(self) -> Guarantee:
@@ -196,6 +200,23 @@ class TaskRunner:
             if now >= busy_until:
                 self._unfinished = task.buffered() > 0
                 return count
+            if self.between_chunks is not None:
+                self.between_chunks()
+
+    def store_reader(self) -> TaskStoreReader | None:
+        """What answers interactive queries of the task's stores while it is open and not
+        restoring (None otherwise); for the loop thread only."""
+        stores = self._stores
+        if stores is None or self._task is None or self.metrics.phase == "restoring":
+            return None
+        return TaskStoreReader(
+            self.task_id, stores.stacks, stores.committed_view, self._committed_changelog_offset
+        )
+
+    def _committed_changelog_offset(self, store: str) -> int | None:
+        """Where ``store``'s changelog stood at the task's last commit (None before one)."""
+        committed = self._committed
+        return None if committed is None else committed.metadata.changelog_offsets.get(store)
 
     def _punctuate_wall_clock(self, task: Task) -> bool:
         """Fire the due wall-clock punctuations; how late they fired goes to the metrics."""

@@ -76,6 +76,7 @@ from processor_api.runtime.protocol import (
     WorkerEpochReply,
     WorkerEpochRequest,
 )
+from processor_api.runtime.query_link import QueryLink
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
 from processor_api.state.manager import remove_leftovers, task_directory
 from processor_api.state.rocksdb import RocksDBMemory, configure_memory
@@ -102,6 +103,10 @@ class WorkerHost:
         self._releases_lock = threading.Lock()
         #: monotonic time of the last sign of life of the loop (or of a restore)
         self._loop_at = time.monotonic()
+        self._queries: QueryLink | None = None  # the run serves interactive queries
+        self._query_woken = threading.Event()  # a query waits: the loop does not wait
+        self.idle = False  # the main thread waits for a request (no loop runs)
+        self.wake_main: Callable[[], None] = lambda: None  # set by serve()
         self._log = get_logger("processor_api.worker_host")
 
     @property
@@ -254,6 +259,7 @@ class WorkerHost:
                         *(r.next_due_s(MAX_POLL_WAIT_S) for r in active.values()),
                     ]
                 )
+            self.serve_queries()
 
     def _abandon(self, active: dict[str, EpochTaskRunner]) -> None:
         """Drop what the tasks of a failed or abandoned epoch did not commit."""
@@ -313,6 +319,7 @@ class WorkerHost:
                         runner.drop_uncommitted()
                         del runners[task_id]
                 wait_s = 0.0 if busy else min(MAX_POLL_WAIT_S, max(0.0, until - now))
+                self.serve_queries()
         finally:
             for runner in runners.values():
                 runner.end_gap()
@@ -361,6 +368,7 @@ class WorkerHost:
             raise
         self.runners[task_id] = runner
         self._metrics[task_id] = runner.metrics  # kept for the last report after it closes
+        self._link_queries(spec, runner)
         if spec.metrics_interval_s is not None and self._publisher is None:
             try:
                 self._publisher = MetricsPublisher(spec, lambda: list(self._metrics.values()))
@@ -397,6 +405,8 @@ class WorkerHost:
         runner = self.runners.pop(task_id, None)
         if runner is None:
             return
+        if self._queries is not None:
+            self._queries.set_tasks(self.runners)
         get_logger("processor_api.worker_host", task=task_id).info(
             "task_leaves_worker", reason=reason
         )
@@ -410,12 +420,60 @@ class WorkerHost:
                 "task_close_failed", error=f"{type(exc).__name__}: {exc}"
             )
 
+    # --------------------------------------------------------------- queries
+    def _link_queries(self, spec: JobSpec, runner: EpochTaskRunner) -> None:
+        """Interactive queries: dial the driver's router once, and tell it the tasks."""
+        if spec.query_router is None or spec.query_secret is None:
+            return
+        runner.between_chunks = self.serve_queries
+        if self._queries is None:
+            self._queries = QueryLink(
+                spec.query_router, spec.query_secret, self.name, self._refusal, self._wake
+            )
+            if self._input is not None:
+                self._input.woken = self._query_woken
+        self._queries.set_tasks(self.runners)
+
+    def _refusal(self, task_id: str) -> str | None:
+        """Why a read of ``task_id`` cannot be answered now (link thread), if it cannot."""
+        runner = self.runners.get(task_id)
+        if runner is None:
+            return f"task {task_id} is not on this worker (it moved)"
+        if runner.metrics.phase in ("starting", "restoring"):
+            return f"task {task_id} is restoring its stores"
+        return None
+
+    def _wake(self) -> None:
+        """A read was queued (link thread): end the loop's wait, or wake the idle host."""
+        self._query_woken.set()
+        if self.idle:
+            self.wake_main()
+
+    def query_waiting(self) -> bool:
+        """Whether a read is queued."""
+        return self._query_woken.is_set()
+
+    def serve_queries(self) -> None:
+        """Answer queued reads for a few milliseconds (loop thread)."""
+        queries = self._queries
+        if queries is None:
+            return
+        self._query_woken.clear()
+        queries.serve(self._store_reader)
+
+    def _store_reader(self, task_id: str) -> Any:
+        runner = self.runners.get(task_id)
+        return None if runner is None else runner.store_reader()
+
     def close(self) -> None:
         """Close every task and the metrics publisher."""
         self._close()
 
     def _close(self) -> None:
         publisher, self._publisher = self._publisher, None
+        queries, self._queries = self._queries, None
+        if queries is not None:
+            queries.close()
         try:
             for task_id in list(self.runners):
                 self._close_task(task_id, reason="the run ended")
@@ -571,6 +629,7 @@ def serve(name: str, daemon_pid: int) -> None:
     threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
     host = WorkerHost(name)
     requests: queue.Queue = queue.Queue()
+    host.wake_main = lambda: requests.put((_Wake(), None))
     acceptor = threading.Thread(target=_accept, args=(server, host, requests), daemon=True)
     acceptor.start()
     gap_until: float | None = None
@@ -585,13 +644,21 @@ def serve(name: str, daemon_pid: int) -> None:
         if idle_left <= 0:
             _release_idle(server, acceptor, host, requests, time.monotonic() - last_request)
             return
+        host.idle = True
+        if host.query_waiting():  # queued just before the host said it was idle
+            host.idle = False
+            host.serve_queries()
+            continue
         try:
             # a timeout of 0 would make get() non-blocking; 1 ms keeps it a wait
             message, connection = requests.get(timeout=max(idle_left, 0.001))
         except queue.Empty:
             continue
+        finally:
+            host.idle = False
         if isinstance(message, _Wake):
             host.apply_releases()
+            host.serve_queries()
             continue
         reply: Any
         with connection:

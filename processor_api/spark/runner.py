@@ -105,6 +105,7 @@ class TopologyRunner:
         self._timed_epochs = False
         self.plan: TopicPlan | None = None
         self._metrics: RunMetrics | None = None
+        self._queries: Any = None  # query.service.RunQueries, once the job spec names it
 
     # --------------------------------------------------------------- prepare
     def prepare(self) -> TopicPlan:
@@ -187,8 +188,34 @@ class TopologyRunner:
             kafka=self.kafka,
             metrics_interval_s=None if self.settings.metrics_port is None else METRICS_INTERVAL_S,
             state_dir_per_executor=self.settings.state_dir_per_executor,
+            **self._query_fields(),
             **epoch_fields,
         )
+
+    def _query_fields(self) -> dict[str, Any]:
+        """The job spec's query router fields; starts the run's query endpoint (router and
+        HTTP server) the first time (``--query-port``)."""
+        if self.settings.query_port is None:
+            return {}
+        if self._queries is None:
+            from processor_api.query.service import RunQueries
+
+            assert self.plan is not None and self._spark is not None
+            self._queries = RunQueries(
+                self.topology,
+                self.plan.task_ids,
+                driver_host=self._spark.conf.get("spark.driver.host", "127.0.0.1"),
+                host=self.settings.query_host,
+                port=self.settings.query_port,
+                token=self.settings.query_token,
+            )
+        return {"query_router": self._queries.router.address,
+                "query_secret": self._queries.router.secret}  # fmt: skip
+
+    @property
+    def query_port(self) -> int | None:
+        """The port interactive queries are served on while :meth:`run` runs (None: none)."""
+        return None if self._queries is None else self._queries.server.port
 
     # ----------------------------------------------------------------- start
     def start(
@@ -356,6 +383,9 @@ class TopologyRunner:
             if self._metrics is not None:
                 self._metrics.close()
                 self._metrics = None
+            if self._queries is not None:
+                self._queries.close()
+                self._queries = None
         result = self._progress.result
         result.duration_s = time.monotonic() - started
         _log.info(

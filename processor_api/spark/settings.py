@@ -38,6 +38,13 @@ class RunSettings:
     #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/`` (separate disks on
     #: one machine: ``runtime/executor_dirs.py``); the driver's files stay in ``state_dir``.
     state_dir_per_executor: bool = False
+    #: Serve interactive queries of the stores on this port (``--query-port``; 0: a free one,
+    #: logged and kept in ``TopologyRunner.query_port``); None: no queries.
+    query_port: int | None = None
+    #: The address the query endpoint binds (``--query-host``): loopback unless told.
+    query_host: str = "127.0.0.1"
+    #: The bearer token every query must carry (``--query-token-file``); None: none.
+    query_token: str | None = None
 
     @property
     def resolved_checkpoint_dir(self) -> str:

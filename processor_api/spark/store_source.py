@@ -27,8 +27,9 @@ from pyspark.sql.types import StructType
 
 from processor_api.kafka.store_reader import CommittedPosition, StoreLocation, read_partition
 from processor_api.state import StoreBuilder
+from processor_api.state.json_entries import entry_fields, json_default
 from processor_api.state.selection import StoreSelection
-from processor_api.store_queries import entry_fields, json_default, open_store_reader
+from processor_api.store_queries import open_store_reader
 from processor_api.topology import Topology
 
 STORE_SOURCE_NAME = "processor_api_store"

@@ -32,6 +32,7 @@ forces a full restore; a crash anywhere else leaves the local store exactly at i
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import json
 import os
@@ -42,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from processor_api.errors import StoreError
 from processor_api.logging import get_logger
@@ -129,6 +131,14 @@ class TaskStores:
             stack.changelog.keep_last_per_key()  # only those go out at a commit
         self.stacks[builder.name] = stack
         return stack
+
+    def committed_view(self, name: str) -> Any:
+        """A typed view of store ``name`` as the last commit left it: the layers a processor
+        sees (without cache and change log) over the store below the batch buffer, so the
+        batch's uncommitted writes are not in it. For reading only."""
+        builder = copy.copy(self._builders[name])
+        builder.logging_enabled = builder.caching_enabled = False
+        return builder.build(timestamp_fn=self._timestamp_fn, inner=self.buffers[name].inner).store
 
     def identity(self, builder: StoreBuilder) -> dict[str, object]:
         """What a persistent store's local copy must hold to be used: written to its identity

@@ -26,7 +26,8 @@ from processor_api import Serdes, read_store
 from processor_api.errors import MissingTopicError
 from processor_api.kafka.names import changelog_topic
 from processor_api.spark.runner import TopologyRunner
-from processor_api.store_queries import entry_fields, open_store_reader
+from processor_api.state.json_entries import entry_fields
+from processor_api.store_queries import open_store_reader
 from processor_api.testing import TopologyTestDriver
 from tests.harness.processes import REPO_ROOT, cli_environment
 from tests.harness.runs import BackgroundRun, settings_for

@@ -25,10 +25,11 @@ from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.markers import marker_value
 from processor_api.kafka.names import changelog_topic, commit_marker_topic
 from processor_api.state import SessionWindow, Windowed
+from processor_api.state.json_entries import entry_fields
 from processor_api.state.manager import TaskStores
 from processor_api.state.snapshots import UPLOADER, SnapshotSettings, TaskSnapshots
 from processor_api.state.windowed_types import ValueAndTimestamp, VersionedRecord
-from processor_api.store_queries import entry_fields, open_store_reader
+from processor_api.store_queries import open_store_reader
 from tests.harness.topics import produce, uid
 
 pytestmark = pytest.mark.integration  # every test here uses the embedded broker

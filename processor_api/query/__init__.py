@@ -1,0 +1,28 @@
+"""Interactive queries: read a running application's stores by key, range or window.
+
+``run-topology --query-port PORT`` serves them over HTTP with JSON on the driver
+(:mod:`processor_api.query.server`); :class:`QueryClient` and ``processor-api query`` ask it.
+See the manual's "Interactive queries" page.
+"""
+
+from processor_api.query.client import QueryClient
+from processor_api.query.errors import (
+    BadQueryError,
+    EndpointUnreachableError,
+    KeyNotFoundError,
+    QueryError,
+    TaskUnavailableError,
+    UnauthorizedError,
+    UnknownStoreError,
+)
+
+__all__ = [
+    "BadQueryError",
+    "EndpointUnreachableError",
+    "KeyNotFoundError",
+    "QueryClient",
+    "QueryError",
+    "TaskUnavailableError",
+    "UnauthorizedError",
+    "UnknownStoreError",
+]

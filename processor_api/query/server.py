@@ -1,0 +1,327 @@
+"""The query endpoint of a run (``run-topology --query-port``): HTTP with JSON on the driver.
+
+    GET /stores                                   the stores, their kinds and tasks
+    GET /stores/{store}/keys/{key}[?as_of=T]      one key (versioned stores: as of T)
+    GET /stores/{store}/range?from=&to=           keys in [from, to], paged
+    GET /stores/{store}/all                       every entry, paged
+    GET /stores/{store}/window?key=&from=&to=     a window store's windows of a key
+    GET /stores/{store}/sessions?key=             a session store's sessions of a key
+
+Every read takes ``committed=true`` (only what the task's last commit covered) and the
+paged ones ``limit`` (at most :data:`MAX_PAGE`) and ``page`` (the previous answer's
+``next``). A key is routed to its task (:mod:`processor_api.query.routing`) and read by the
+worker holding it (:mod:`processor_api.query.router`). Errors are JSON ``{"error", "code"}``
+with 400 (bad query), 401 (token), 404 (unknown store, missing key), 503 with
+``Retry-After`` (task restoring, moving or not started).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from processor_api.logging import get_logger
+from processor_api.query.errors import (
+    ERRORS_BY_CODE,
+    BadQueryError,
+    KeyNotFoundError,
+    NotFoundError,
+    QueryError,
+    UnauthorizedError,
+)
+from processor_api.query.router import HostRouter
+from processor_api.query.routing import StoreRoute, StoreRoutes, encode_key
+from processor_api.state.json_entries import json_default
+from processor_api.state.selection import (
+    KEY_VALUE_KINDS,
+    SESSION_KINDS,
+    VERSIONED_KINDS,
+    WINDOW_KINDS,
+)
+
+#: The largest page a read returns (entries); the default is :data:`DEFAULT_PAGE`.
+MAX_PAGE = 10_000
+DEFAULT_PAGE = 1_000
+
+_log = get_logger("processor_api.query_server")
+
+
+class QueryEndpoint:
+    """Answers the endpoint's reads (without HTTP: the server's handler calls :meth:`get`)."""
+
+    def __init__(self, routes: StoreRoutes, router: HostRouter) -> None:
+        self.routes = routes
+        self.router = router
+
+    def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        """The JSON answer to ``GET path?params``; raises a :class:`QueryError`."""
+        parts = [unquote(p) for p in path.split("/")[1:]]
+        if parts == ["stores"]:
+            return {"stores": self.routes.describe()}
+        if len(parts) < 3 or parts[0] != "stores":
+            raise NotFoundError(f"no endpoint {path!r}; see /stores")
+        route = self.routes.route(parts[1])
+        committed = _flag(params, "committed")
+        if parts[2] == "keys" and len(parts) == 4:
+            return self._key(route, parts[3], committed, params.get("as_of"))
+        if len(parts) == 3 and parts[2] in ("range", "all"):
+            if parts[2] == "all":
+                params = {k: v for k, v in params.items() if k not in ("from", "to")}
+            return self._range(route, params, committed)
+        if len(parts) == 3 and parts[2] in ("window", "sessions"):
+            return self._fetch(route, parts[2], params, committed)
+        raise NotFoundError(
+            f"no endpoint {path!r} for a store; see the manual's Interactive queries page"
+        )
+
+    # ------------------------------------------------------------------ key
+    def _key(
+        self, route: StoreRoute, text: str, committed: bool, as_of: str | None
+    ) -> dict[str, Any]:
+        if route.kind not in KEY_VALUE_KINDS + VERSIONED_KINDS:
+            what = "sessions" if route.kind in SESSION_KINDS else "window"
+            raise BadQueryError(
+                f"store {route.name!r} is a {route.kind} store: read it with "
+                f"/stores/{route.name}/{what}?key=..."
+            )
+        if as_of is not None and route.kind not in VERSIONED_KINDS:
+            raise BadQueryError(
+                f"as_of reads versioned stores only; {route.name!r} is {route.kind}"
+            )
+        key = route.key_bytes(text)
+        task = route.task_for(key)
+        request = {"store": route.name, "kind": "key", "key": encode_key(key),
+                   "committed": committed, "limit": 1}  # fmt: skip
+        if as_of is not None:
+            request["as_of"] = _timestamp("as_of", as_of)
+        answer = self._ask(task, request)
+        if not answer["entries"]:
+            raise KeyNotFoundError(
+                f"store {route.name!r} holds no value for key {text!r} (task {task})"
+            )
+        return _entry(answer["entries"][0], task, answer)
+
+    # ---------------------------------------------------------------- range
+    def _range(self, route: StoreRoute, params: dict[str, str], committed: bool) -> dict[str, Any]:
+        if route.kind not in KEY_VALUE_KINDS:
+            raise BadQueryError(
+                f"store {route.name!r} is a {route.kind} store: range and all read key-value "
+                "stores (window stores: /window, session stores: /sessions, versioned: /keys)"
+            )
+        limit = _limit(params)
+        bounds = {
+            side: None
+            if params.get(side) is None
+            else encode_key(route.key_bytes(params[side], side))
+            for side in ("from", "to")
+        }
+        index, after = _page_token(params.get("page"), len(route.tasks))
+        entries: list[dict[str, Any]] = []
+        next_token = None
+        while index < len(route.tasks):
+            task = route.tasks[index]
+            answer = self._ask(
+                task,
+                {
+                    "store": route.name,
+                    "kind": "range",
+                    **bounds,
+                    "after": after,
+                    "committed": committed,
+                    "limit": limit - len(entries),
+                },  # fmt: skip
+            )
+            entries.extend(_entry(e, task, answer) for e in answer["entries"])
+            if answer["more"]:
+                after = answer["last"]
+                if len(entries) >= limit:
+                    next_token = _token(index, after)
+                    break
+                continue  # the worker's time slice ended: the rest of this task
+            index, after = index + 1, None
+            if len(entries) >= limit:
+                next_token = _token(index, None) if index < len(route.tasks) else None
+                break
+        return {"entries": entries, "next": next_token}
+
+    # ---------------------------------------------------------------- fetch
+    def _fetch(
+        self, route: StoreRoute, what: str, params: dict[str, str], committed: bool
+    ) -> dict[str, Any]:
+        kinds = WINDOW_KINDS if what == "window" else SESSION_KINDS
+        if route.kind not in kinds:
+            raise BadQueryError(
+                f"/{what} reads {'window' if what == 'window' else 'session'} stores; "
+                f"{route.name!r} is a {route.kind} store"
+            )
+        text = params.get("key")
+        if text is None:
+            raise BadQueryError(f"/{what} needs a key (?key=...)")
+        key = route.key_bytes(text)
+        task = route.task_for(key)
+        request: dict[str, Any] = {
+            "store": route.name,
+            "kind": "window" if what == "window" else "session",
+            "key": encode_key(key),
+            "committed": committed,
+            "limit": _limit(params),
+        }
+        if what == "window":
+            for side, field in (("from", "time_from"), ("to", "time_to")):
+                if params.get(side) is not None:
+                    request[field] = _timestamp(side, params[side])
+        answer = self._ask(task, request)
+        return {
+            "entries": [_entry(e, task, answer) for e in answer["entries"]],
+            "truncated": bool(answer["more"]),
+        }
+
+    def _ask(self, task: str, request: dict[str, Any]) -> dict[str, Any]:
+        status, body = self.router.ask(task, request)
+        if status == 200:
+            return body
+        error = str(body.get("error") or f"task {task} answered {status}")
+        raise ERRORS_BY_CODE.get(str(body.get("code")), BadQueryError)(error, 1)
+
+
+def _entry(fields: dict[str, Any], task: str, answer: dict[str, Any]) -> dict[str, Any]:
+    return {**fields, "task": task, "position": answer.get("position"),
+            "consistency": answer.get("consistency")}  # fmt: skip
+
+
+def _flag(params: dict[str, str], name: str) -> bool:
+    text = params.get(name, "false").lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise BadQueryError(f"{name} must be true or false, got {text!r}")
+
+
+def _limit(params: dict[str, str]) -> int:
+    text = params.get("limit")
+    if text is None:
+        return DEFAULT_PAGE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
+        raise BadQueryError(f"limit must be 1-{MAX_PAGE}, got {text!r}")
+    return int(text)
+
+
+def _timestamp(name: str, text: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 date-time (UTC without an offset)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadQueryError(
+            f"{name} must be epoch milliseconds or an ISO-8601 date-time, got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _token(index: int, after: str | None) -> str:
+    return base64.urlsafe_b64encode(json.dumps([index, after]).encode()).decode()
+
+
+def _page_token(text: str | None, tasks: int) -> tuple[int, str | None]:
+    if text is None:
+        return 0, None
+    try:
+        index, after = json.loads(base64.urlsafe_b64decode(text.encode()))
+        if not isinstance(index, int) or not 0 <= index < tasks:
+            raise ValueError(index)
+        if after is not None:
+            base64.b64decode(after, validate=True)
+    except (ValueError, TypeError, binascii.Error):
+        raise BadQueryError(f"page {text!r} is not a page token of this store") from None
+    return index, after
+
+
+class QueryServer:
+    """Serves a :class:`QueryEndpoint` over HTTP on ``host:port`` (0: a free port, in
+    :attr:`port`), in a thread per request; ``token``: the bearer token every request
+    must carry (None: none)."""
+
+    def __init__(self, endpoint: QueryEndpoint, host: str, port: int, token: str | None) -> None:
+        handler = type("_Handler", (_Handler,), {"endpoint": endpoint, "token": token})
+        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        self.host, self.port = host, int(self._httpd.server_address[1])
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="query-server", daemon=True
+        )
+        self._thread.start()
+        _log.info("query_server_started", url=f"http://{host}:{self.port}", token=token is not None)
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    endpoint: QueryEndpoint
+    token: str | None
+    protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: with Nagle's algorithm on, a kept-alive client's
+    # delayed ACK holds the body back about 40 ms
+    disable_nagle_algorithm = True
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        """Answer one read."""
+        url = urlsplit(self.path)
+        try:
+            self._authorize()
+            params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            body = self.endpoint.get(url.path.rstrip("/") or "/", params)
+            self._send(200, body)
+        except QueryError as exc:
+            headers = {}
+            if exc.status == 503:
+                headers["Retry-After"] = str(int(exc.retry_after_s or 1))
+            self._send(exc.status, {"error": str(exc), "code": exc.code}, headers)
+        except Exception as exc:  # noqa: BLE001 - a bug must not kill the server
+            _log.warning("query_failed", path=url.path, error=f"{type(exc).__name__}: {exc}")
+            self._send(500, {"error": f"{type(exc).__name__}: {exc}", "code": "error"})
+
+    def _method_not_allowed(self) -> None:
+        self._send(405, {"error": "the query endpoint is read-only: GET only",
+                         "code": "method_not_allowed"}, {"Allow": "GET"})  # fmt: skip
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed  # noqa: N815
+
+    def _authorize(self) -> None:
+        if self.token is None:
+            return
+        given = self.headers.get("Authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            value.strip().encode(), self.token.encode()
+        ):
+            raise UnauthorizedError("this endpoint wants Authorization: Bearer <token>")
+
+    def _send(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(body, default=json_default, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """Requests are not logged one by one."""

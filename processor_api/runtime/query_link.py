@@ -1,0 +1,351 @@
+"""A worker host's side of interactive queries: its link to the driver's query router.
+
+A run with ``--query-port`` names in its job spec the address of the driver's router
+(``processor_api/query/router.py``) and a secret of the run. Each worker host dials out to
+it (executors always reach the driver, the driver need not reach them), says who it is and
+which tasks it holds, and then gets reads over that connection:
+
+* the link's thread reads them from the socket and, for a task the host holds and that is
+  not restoring, queues them and wakes the host's loop (``wake``); anything else is
+  answered here at once with 503, so a restore never holds up an answer;
+* the loop thread, between task turns and between processing chunks (the stores and their
+  caches are not thread-safe), takes queued reads for a few milliseconds
+  (:meth:`QueryLink.serve`) and answers each with at most one page: ``limit`` entries or
+  ``SLICE_S`` of reading, whichever ends first, and whether more follows.
+
+Frames are a 4-byte big-endian length and a JSON object. Keys travel serialized (base64) in
+the store's own key serde; entries come back rendered as ``read-store`` renders them
+(:func:`processor_api.state.json_entries.entry_fields`, bytes as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import queue
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+from processor_api.logging import get_logger
+from processor_api.state.base import KeyValue
+from processor_api.state.json_entries import entry_fields, json_default
+from processor_api.state.windowed_types import MAX_TIMESTAMP, Windowed
+
+#: The longest one read holds the loop thread (seconds); a read cut short says so.
+SLICE_S = 0.005
+#: The longest the loop spends on queued reads at one stop (seconds).
+SERVE_BUDGET_S = 0.005
+#: How long the link waits before dialing the router again after losing it.
+REDIAL_S = 1.0
+_FRAME = struct.Struct(">I")
+#: A frame larger than this is a broken peer, not a page.
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+
+class FrameError(ConnectionError):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any]) -> None:
+    """Send ``message`` as one frame."""
+    data = json.dumps(message, default=json_default, ensure_ascii=False).encode()
+    sock.sendall(_FRAME.pack(len(data)) + data)
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive_frame(sock: socket.socket) -> dict[str, Any] | None:
+    """The next frame's message, or None when the peer closed the connection."""
+    header = _receive_exactly(sock, _FRAME.size)
+    if header is None:
+        return None
+    (size,) = _FRAME.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise FrameError(f"a frame of {size} bytes is over the limit of {MAX_FRAME_BYTES}")
+    data = _receive_exactly(sock, size)
+    if data is None:
+        return None
+    try:
+        message = json.loads(data)
+    except ValueError as exc:
+        raise FrameError(f"a frame that is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise FrameError(f"a frame that is not a JSON object: {type(message).__name__}")
+    return message
+
+
+def secret_matches(given: object, expected: str) -> bool:
+    """Whether ``given`` is the run's secret (compared in constant time)."""
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+class QueryLink:
+    """The connection of one worker host to the driver's query router (see the module docs).
+
+    ``address`` is ``host:port``; ``holder(task_id)`` says whether the host holds the task
+    and whether it can be read now (``None``: it can; else why not); ``wake`` is called from
+    the link's thread when a read was queued.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        secret: str,
+        host_name: str,
+        holder: Callable[[str], str | None],
+        wake: Callable[[], None],
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        self._address = (host, int(port))
+        self._secret = secret
+        self._host_name = host_name
+        self._holder = holder
+        self._wake = wake
+        self._tasks: tuple[str, ...] = ()
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._closed = threading.Event()
+        self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._log = get_logger("processor_api.query_link", host=host_name)
+        self._thread = threading.Thread(target=self._run, name="query-link", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ link thread
+    def _run(self) -> None:
+        warned = False
+        while not self._closed.is_set():
+            try:
+                sock = socket.create_connection(self._address, timeout=10.0)
+            except OSError as exc:
+                if not warned:
+                    warned = True
+                    self._log.warning(
+                        "query_router_unreachable",
+                        router=f"{self._address[0]}:{self._address[1]}",
+                        error=str(exc),
+                    )
+                self._closed.wait(REDIAL_S)
+                continue
+            warned = False
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                with self._send_lock:
+                    self._sock = sock
+                    send_frame(sock, {"op": "hello", "secret": self._secret,
+                                      "host": self._host_name})  # fmt: skip
+                    send_frame(sock, {"op": "tasks", "tasks": list(self._tasks)})
+                self._read(sock)
+            except (OSError, FrameError) as exc:
+                self._log.debug("query_router_lost", error=str(exc))
+            finally:
+                with self._send_lock:
+                    self._sock = None
+                sock.close()
+            self._closed.wait(REDIAL_S)
+
+    def _read(self, sock: socket.socket) -> None:
+        while True:
+            message = receive_frame(sock)
+            if message is None:
+                return
+            if message.get("op") != "read":
+                continue
+            task = str(message.get("task"))
+            refusal = self._holder(task)
+            if refusal is not None:
+                self.reply(message, 503, {"error": refusal, "code": "unavailable"})
+                continue
+            self.inbox.put(message)
+            self._wake()
+
+    # ---------------------------------------------------------------- either
+    def set_tasks(self, tasks: Iterable[str]) -> None:
+        """Tell the router which tasks this host holds now."""
+        self._tasks = tuple(sorted(tasks))
+        self._send({"op": "tasks", "tasks": list(self._tasks)})
+
+    def reply(self, request: dict[str, Any], status: int, body: dict[str, Any]) -> None:
+        """Answer ``request`` (dropped if the router is gone: it answers 503 itself)."""
+        self._send({"op": "reply", "id": request.get("id"), "status": status, "body": body})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._send_lock:
+            sock = self._sock
+            if sock is None:
+                return
+            try:
+                send_frame(sock, message)
+            except OSError:
+                pass  # the reader sees the connection end and dials again
+
+    def close(self) -> None:
+        """Stop dialing and drop the connection."""
+        self._closed.set()
+        with self._send_lock:
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ loop thread
+    def serve(self, reader: Callable[[str], Any], budget_s: float = SERVE_BUDGET_S) -> int:
+        """Answer queued reads for up to ``budget_s`` (on the loop thread); ``reader(task)``
+        gives the task's :class:`TaskStoreReader`, or None when the host no longer holds
+        it. Returns how many were answered."""
+        deadline = time.monotonic() + budget_s
+        served = 0
+        while True:
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return served
+            task = str(message.get("task"))
+            store_reader = reader(task)
+            if store_reader is None:
+                status, body = (
+                    503,
+                    {"error": f"task {task} left this worker", "code": "unavailable"},
+                )
+            else:
+                status, body = store_reader.answer(message)
+            self.reply(message, status, body)
+            served += 1
+            if time.monotonic() >= deadline:
+                if not self.inbox.empty():
+                    self._wake()  # the rest at the loop's next stop, without it waiting
+                return served
+
+
+class TaskStoreReader:
+    """Answers reads of one task's stores (on the loop thread).
+
+    ``stacks`` are the task's open store stacks by name, ``committed_view(name)`` a typed,
+    read-only view of a store's committed contents, ``position(name)`` the changelog offset
+    of the task's last commit.
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        stacks: dict[str, Any],
+        committed_view: Callable[[str], Any],
+        position: Callable[[str], int | None],
+    ) -> None:
+        self.task_id = task_id
+        self._stacks = stacks
+        self._committed_view = committed_view
+        self._position = position
+
+    def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, body) for one read request."""
+        name = str(request.get("store"))
+        stack = self._stacks.get(name)
+        if stack is None:
+            return 404, {"error": f"task {self.task_id} has no store {name!r}",
+                         "code": "unknown_store"}  # fmt: skip
+        committed = bool(request.get("committed"))
+        store = self._committed_view(name) if committed else stack.store
+        try:
+            entries, more = _read(store, request)
+            last = entries[-1].key if entries else None
+            rendered = [entry_fields(entry) for entry in entries]
+            last_b64 = _encode(store.key_serde.serialize(_plain_key(last))) if more else None
+        except Exception as exc:  # noqa: BLE001 - a serde or store error, named in the answer
+            return 400, {"error": f"store {name!r}, task {self.task_id}: "
+                                  f"{type(exc).__name__}: {exc}", "code": "bad_request"}  # fmt: skip
+        return 200, {
+            "entries": rendered,
+            "more": more,
+            "last": last_b64,
+            "position": self._position(name),
+            "consistency": "committed" if committed else "live",
+        }
+
+
+def _encode(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def decode_key(text: str | None, store: Any) -> Any:
+    """A key sent serialized (base64) back to the store's key type (None stays None)."""
+    if text is None:
+        return None
+    return store.key_serde.deserialize(base64.b64decode(text))
+
+
+def _plain_key(key: Any) -> Any:
+    return key.key if isinstance(key, Windowed) else key
+
+
+def _read(store: Any, request: dict[str, Any]) -> tuple[list[KeyValue], bool]:
+    """The request's entries (a page) and whether more follow."""
+    kind = request.get("kind")
+    limit = max(1, int(request.get("limit") or 1))
+    if kind == "key":
+        key = decode_key(request.get("key"), store)
+        as_of = request.get("as_of")
+        value = store.get(key) if as_of is None else store.get(key, int(as_of))
+        return ([KeyValue(key, value)] if value is not None else []), False
+    if kind == "range":
+        after = decode_key(request.get("after"), store)
+        lo = after if after is not None else decode_key(request.get("from"), store)
+        hi = decode_key(request.get("to"), store)
+        entries = store.range(lo, hi)
+        skip = after
+    elif kind == "window":
+        key = decode_key(request.get("key"), store)
+        time_from = int(request.get("time_from") or 0)
+        time_to = MAX_TIMESTAMP if request.get("time_to") is None else int(request["time_to"])
+        entries, skip = store.fetch(key, key, time_from, time_to), None
+    elif kind == "session":
+        key = decode_key(request.get("key"), store)
+        entries, skip = store.fetch(key), None
+    else:
+        raise ValueError(f"unknown read kind {kind!r}")
+    try:
+        return _page(entries, skip, limit)
+    finally:
+        close = getattr(entries, "close", None)
+        if close is not None:
+            close()
+
+
+def _page(entries: Iterator[KeyValue], skip: Any, limit: int) -> tuple[list[KeyValue], bool]:
+    """Up to ``limit`` entries (the first left out if its key is ``skip``: the previous
+    page's last), or fewer once ``SLICE_S`` is spent; and whether more follow."""
+    deadline = time.monotonic() + SLICE_S
+    page: list[KeyValue] = []
+    iterator = iter(entries)
+    if skip is not None:
+        first = next(iterator, None)
+        if first is None:
+            return page, False
+        if first.key != skip:
+            page.append(first)
+    while len(page) < limit:
+        want = min(64, limit - len(page))
+        batch = list(islice(iterator, want))
+        page.extend(batch)
+        if len(batch) < want:
+            return page, False  # the iterator ran out
+        if time.monotonic() >= deadline:
+            break
+    return page, next(iterator, None) is not None

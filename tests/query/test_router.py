@@ -1,0 +1,125 @@
+"""The driver's router and a worker host's query link over real sockets (no Spark): a host
+proves the run's secret, says which tasks it holds, and gets the reads of those tasks; the
+endpoint's own errors name what was wrong."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from processor_api.query.errors import (
+    BadQueryError,
+    NotFoundError,
+    TaskUnavailableError,
+    UnknownStoreError,
+)
+from processor_api.query.router import HostRouter
+from processor_api.query.routing import StoreRoutes
+from processor_api.query.server import QueryEndpoint
+from processor_api.runtime.query_link import QueryLink, receive_frame, send_frame
+from tests.harness.scrape import wait_for
+from tests.integration.query_topologies import build_shop
+
+TASKS = ("0_0", "0_1")
+
+
+@pytest.fixture
+def router():
+    router = HostRouter("127.0.0.1")
+    yield router
+    router.close()
+
+
+@pytest.fixture
+def endpoint(router):
+    return QueryEndpoint(StoreRoutes(build_shop(), TASKS), router)
+
+
+class _Reader:
+    """Answers every read with the task's name as the value."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+
+    def answer(self, request):
+        entry = {"key": "k", "value": self.task}
+        return 200, {"entries": [entry], "more": False, "last": None, "position": 7,
+                     "consistency": "live"}  # fmt: skip
+
+
+def _serve_until_stopped(link: QueryLink, stop: threading.Event, woken: threading.Event) -> None:
+    while not stop.is_set():
+        if woken.wait(0.05):
+            woken.clear()
+            link.serve(lambda task: _Reader(task))
+
+
+def test_a_host_that_holds_a_task_answers_its_reads(router, endpoint):
+    woken, stop = threading.Event(), threading.Event()
+    link = QueryLink(router.address, router.secret, "host-a", lambda task: None, woken.set)
+    loop = threading.Thread(target=_serve_until_stopped, args=(link, stop, woken))
+    loop.start()
+    try:
+        link.set_tasks(TASKS)
+        wait_for("the host's tasks", lambda: router.tasks() or None, timeout_s=10)
+        assert router.tasks() == {"0_0": "host-a", "0_1": "host-a"}
+        for key in ("c00", "c01", "c02", "c03"):
+            answer = endpoint.get(f"/stores/totals/keys/{key}", {})
+            assert answer["value"] == answer["task"]  # the routed task answered
+            assert answer["position"] == 7
+        link.set_tasks(["0_0"])
+        wait_for("the task given up", lambda: router.tasks() == {"0_0": "host-a"} or None)
+    finally:
+        stop.set()
+        loop.join()
+        link.close()
+
+
+def test_a_task_the_host_cannot_serve_answers_503_from_the_link(router, endpoint):
+    refusal = "task 0_1 is restoring its stores"
+    link = QueryLink(router.address, router.secret, "host-b", lambda task: refusal, lambda: None)
+    try:
+        link.set_tasks(TASKS)
+        wait_for("the host's tasks", lambda: router.tasks() or None, timeout_s=10)
+        with pytest.raises(TaskUnavailableError, match=refusal) as unavailable:
+            endpoint.get("/stores/totals/keys/c00", {})
+        assert unavailable.value.retry_after_s == 1
+    finally:
+        link.close()
+
+
+def test_a_host_without_the_secret_is_refused(router):
+    host, port = router.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        send_frame(sock, {"op": "hello", "secret": "guessed", "host": "intruder"})
+        send_frame(sock, {"op": "tasks", "tasks": ["0_0"]})
+        try:
+            closed = receive_frame(sock) is None
+        except ConnectionResetError:  # closed with the frames unread
+            closed = True
+        assert closed
+    assert router.tasks() == {}
+
+
+def test_the_endpoint_names_what_was_wrong(endpoint):
+    with pytest.raises(
+        UnknownStoreError,
+        match="no store 'nope' in this application; its stores: by-amount, per-minute, prices",
+    ):
+        endpoint.get("/stores/nope/keys/a", {})
+    with pytest.raises(TaskUnavailableError, match="task 0_. is on no worker right now"):
+        endpoint.get("/stores/totals/keys/a", {})
+    with pytest.raises(BadQueryError, match="does not fit the key serde"):
+        endpoint.get("/stores/by-amount/keys/abc", {})
+    with pytest.raises(BadQueryError, match=r"/stores/per-minute/window\?key="):
+        endpoint.get("/stores/per-minute/keys/a", {})
+    with pytest.raises(BadQueryError, match="limit must be 1-10000, got '0'"):
+        endpoint.get("/stores/totals/all", {"limit": "0"})
+    with pytest.raises(BadQueryError, match="is not a page token of this store"):
+        endpoint.get("/stores/totals/all", {"page": "bm90IGEgdG9rZW4="})
+    with pytest.raises(BadQueryError, match="committed must be true or false"):
+        endpoint.get("/stores/totals/keys/a", {"committed": "maybe"})
+    with pytest.raises(NotFoundError, match="no endpoint '/elsewhere'"):
+        endpoint.get("/elsewhere", {})
