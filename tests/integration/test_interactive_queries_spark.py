@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from processor_api.broker_cli import main as processor_api_main
 
+from processor_api.cli.tools import main as processor_api_main
 from processor_api.kafka.partitioner import default_partition
 from processor_api.query import (
     BadQueryError,

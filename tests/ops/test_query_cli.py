@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import socket
 
-from processor_api.broker_cli import main as processor_api_main
-
-from processor_api.cli import main
+from processor_api.cli.run_topology import main
+from processor_api.cli.tools import main as processor_api_main
 
 ARGS = ["topologies.word_count:build_topology", "--bootstrap-servers", "127.0.0.1:1"]
 

@@ -111,6 +111,8 @@ def test_every_job_spec_field_comes_from_the_run(tmp_path):
         "kafka": KafkaClientConfig.from_dict(settings.kafka_config),
         "metrics_interval_s": METRICS_INTERVAL_S,  # settings.metrics_port is set
         "state_dir_per_executor": settings.state_dir_per_executor,
+        "query_router": None,  # no --query-port: the hosts dial no router
+        "query_secret": None,
         **epoch_fields,
     }
     assert sorted(expected) == sorted(f.name for f in fields(JobSpec)), (
