@@ -49,6 +49,9 @@ DRIVER_SIDE = {
     "available_now": "the trigger",
     "epoch_interval_s": "the trigger",
     "spark_conf": "the Spark session",
+    "query_port": "the driver's query server (the hosts get the router's address)",
+    "query_host": "the driver's query server",
+    "query_token": "the driver's query server (the hosts prove the run's secret instead)",
 }
 
 
