@@ -38,6 +38,9 @@ class JobSpec:
     #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/``
     #: (``runtime/executor_dirs.py``).
     state_dir_per_executor: bool = False
+    #: The driver's process id when it started the worker hosts itself, before its query
+    #: (a local run, ``spark/early_start.py``): the epoch calls look for those hosts first.
+    early_start_pid: int | None = None
 
     @property
     def executor_state_dir(self) -> str:

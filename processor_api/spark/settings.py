@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: The values of ``RunSettings.early_start``.
+EARLY_START_MODES = ("process", "open", "off")
+
 #: How long stopping a query waits for the Spark batch (epoch) in flight to end.
 STOP_GRACE_S = 60.0
 
@@ -38,6 +41,10 @@ class RunSettings:
     #: Each executor keeps its tasks under ``<state_dir>/executor-<id>/`` (separate disks on
     #: one machine: ``runtime/executor_dirs.py``); the driver's files stay in ``state_dir``.
     state_dir_per_executor: bool = False
+    #: Local masters: the driver starts the worker hosts while Spark starts (``--early-start``,
+    #: ``spark/early_start.py``): ``process`` (a new checkpoint's tasks process until the first
+    #: epoch), ``open`` (the tasks are opened and restored only) or ``off``.
+    early_start: str = "process"
 
     @property
     def resolved_checkpoint_dir(self) -> str:
