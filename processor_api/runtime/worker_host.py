@@ -152,7 +152,9 @@ class WorkerHost:
         first epoch's, as a rule). A task that fails is left to the first epoch, which starts
         it again and reports its error."""
         spec = request.spec
-        if self._spec is not None and self._spec.run_id != spec.run_id:
+        if self._spec is not None and self._spec.run_id == spec.run_id:
+            return  # an epoch of the run came first: its tasks are running already
+        if self._spec is not None:
             self._close()
         self._spec = spec
         self.starting_early.set()
