@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from processor_api.logging import LEVEL_ENV, current_level, get_logger
+from processor_api.logging import LEVEL_ENV, current_level, debug_enabled, get_logger
 from processor_api.runtime.host_client import (
     request,
     socket_name,
@@ -50,12 +50,15 @@ _log = get_logger("processor_api.early_start")
 
 def host_environment(spark_conf: dict[str, str]) -> dict[str, str]:
     """The environment of a host the driver starts: what Spark gives its Python workers
-    (the driver's modules on ``PYTHONPATH``, the log level, ``spark.executorEnv.*``)."""
+    (the driver's modules on ``PYTHONPATH``, the log level, Python warnings off below debug,
+    ``spark.executorEnv.*``)."""
     from processor_api.spark.session import python_path
 
     env = dict(os.environ)
     env["PYTHONPATH"] = python_path()
     env[LEVEL_ENV] = current_level()
+    if not debug_enabled():
+        env.setdefault("PYTHONWARNINGS", "ignore")  # as the session gives its workers
     prefix = "spark.executorEnv."
     env.update({k[len(prefix) :]: v for k, v in spark_conf.items() if k.startswith(prefix)})
     return env
