@@ -128,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
         "disks for executors sharing a machine, e.g. local-cluster[...])",
     )
     parser.add_argument(
+        "--early-start",
+        choices=("process", "open", "off"),
+        default="process",
+        help="local masters: the driver starts the worker hosts while Spark starts; 'process' "
+        "(a new checkpoint: they process until the first epoch), 'open' (they open and "
+        "restore their tasks only), 'off' (the first epoch call starts them)",
+    )
+    parser.add_argument(
         "--checkpoint-dir",
         default=None,
         help="Spark checkpoint (default: STATE_DIR/APP_ID/_spark_checkpoint)",
@@ -374,6 +382,7 @@ def _run(args: argparse.Namespace, log: Any) -> int:
             available_now=args.available_now,
             epoch_interval_s=args.epoch_interval,
             state_dir_per_executor=args.state_dir_per_executor,
+            early_start=args.early_start,
             config=config,
             log_format=args.log_format,
             spark_conf=dict(args.spark_conf),

@@ -35,7 +35,7 @@ from processor_api.engine.task import Task
 from processor_api.errors import ProducerWedgedError, StreamsError, WaitInterrupted
 from processor_api.kafka.offsets import end_offsets
 from processor_api.runtime.continuous_input import ContinuousInput, WorkerInput
-from processor_api.runtime.protocol import EpochEnd, EpochReply, EpochRequest
+from processor_api.runtime.protocol import EARLY_EPOCH, EpochEnd, EpochReply, EpochRequest
 from processor_api.runtime.task_runner import LastCommit, TaskRunner
 
 #: The longest the loop waits for input before it looks at its clocks again.
@@ -144,6 +144,10 @@ class EpochTaskRunner(TaskRunner):
         self._first_records_seen = False  # the first input this host processes is logged
         self._epoch: _Epoch | None = None
         self._in_flight: _CommitInFlight | None = None
+        #: Started before the run's first epoch (:meth:`start_early`), as for a task Spark has
+        #: never run, and held since: until that epoch ends, no state from Spark means go on.
+        self._started_early = False
+        self._restored_early = 0  # reported with the first epoch
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, request: EpochRequest, control: EpochControl) -> EpochReply:
@@ -181,6 +185,37 @@ class EpochTaskRunner(TaskRunner):
 
         return self._guarded(control, begin)
 
+    def start_early(self) -> int:
+        """Before the run's first epoch (the driver started this host while its query
+        starts): rebuild the task as the first epoch would for a task Spark has never run
+        (recover, restore, init, seek the input); returns the records restored. The first
+        epoch goes on with it if it hands over no state, or the state it was rebuilt to."""
+        _, restored = self._resume(None)
+        self._started_early = True
+        self._restored_early = restored
+        return restored
+
+    def reply_started_early(self, state_json: str | None) -> EpochReply | None:
+        """The reply of an epoch that ends at once (its run stops) for a task started early
+        and held since, which Spark hands no state (``state_json`` None): what the task
+        committed and did before the first epoch (None for any other task)."""
+        if not (self._started_early and state_json is None and self._task is not None):
+            return None
+        counts, self._counts = self._counts, _Counts()
+        self._started_early = False
+        restored, self._restored_early = self._restored_early, 0
+        return EpochReply(
+            metadata_json=self._committed.json if self._committed else TaskMetadata().to_json(),
+            processed=counts.processed,
+            outputs=counts.outputs,
+            changelog_records=counts.changelog_records,
+            restored=restored,
+            commits=counts.commits,
+            inits=self.inits,
+            rebuilt=False,
+            dropped_records=counts.dropped,
+        )
+
     def turn(self, wait_s: float, commit_at: float) -> TurnOutcome | EpochReply:
         """One turn of the loop: poll (waiting up to ``wait_s`` for input), process until a
         commit, punctuation or the epoch's end is due, punctuate, and commit when the epoch
@@ -196,14 +231,20 @@ class EpochTaskRunner(TaskRunner):
         assert epoch is not None, "end_epoch() outside an epoch"
         self._patience.interrupted = lambda waited_s: None
         stream = self._stream
-        # what the loop did between the last epoch and this one counts in this one
-        counts, self._counts = self._counts, _Counts()
+        # what the loop did between the last epoch and this one (or before the first, in the
+        # host's own epoch) counts in this one
+        counts = self._counts
+        restored = epoch.restored
+        if epoch.request.epoch != EARLY_EPOCH:
+            self._counts = _Counts()
+            self._started_early = False
+            restored, self._restored_early = restored + self._restored_early, 0
         return EpochReply(
             metadata_json=self._committed.json if self._committed else TaskMetadata().to_json(),
             processed=counts.processed,
             outputs=counts.outputs,
             changelog_records=counts.changelog_records,
-            restored=epoch.restored,
+            restored=restored,
             commits=counts.commits,
             inits=self.inits,
             rebuilt=epoch.rebuilt,
@@ -603,8 +644,14 @@ class EpochTaskRunner(TaskRunner):
     # ----------------------------------------------------------------- resume
     def _resume(self, state_json: str | None) -> tuple[bool, int]:
         """Go on with the live task, or rebuild it from ``state_json``; (rebuilt, restored)."""
-        if self._task is not None and self._committed and state_json == self._committed.json:
+        if self._task is not None and (
+            (self._committed is not None and state_json == self._committed.json)
+            or (self._started_early and state_json is None)
+        ):
+            # started early from no state and held since, it is what a rebuild from none
+            # would build now: that adopts its newest commit marker, which is its own
             return False, 0
+        self._started_early = False
         if self._task is not None:
             self._abandon_open_batch()
         restored = self._rebuild_waiting(TaskMetadata.from_json(state_json))

@@ -99,31 +99,47 @@ def request(name: str, message: Any, timeout_s: float | None = None) -> Any:
         return receive_message(sock)
 
 
-def connect_or_start(key: Path, log_format: str) -> socket.socket:
-    """A connection to the host of worker ``key`` under this Python worker's daemon, started
-    if needed."""
-    daemon_pid = os.getppid()
-    name = socket_name(key, daemon_pid)
-    sock = _connect(name)
-    if sock is not None:
-        return sock
-    # Two Python workers may start a host for the same worker at once: only one can bind the
-    # name, the other host exits at once and both connect to the winner.
-    process = subprocess.Popen(
+def start_host(
+    key: Path, name: str, owner_pid: int, log_format: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start a host for worker ``key`` listening on ``name``; it exits when the process
+    ``owner_pid`` is gone (the pyspark daemon, or the driver that started it early)."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "processor_api.runtime.worker_host",
             name,
             str(key),
-            str(daemon_pid),
+            str(owner_pid),
             log_format,
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         start_new_session=True,
         close_fds=True,
+        env=env,
     )
+
+
+def connect_or_start(
+    key: Path, log_format: str, early_start_pid: int | None = None
+) -> socket.socket:
+    """A connection to the host of worker ``key`` under this Python worker's daemon, or to
+    the one the driver ``early_start_pid`` started before its query; started if neither
+    listens."""
+    daemon_pid = os.getppid()
+    name = socket_name(key, daemon_pid)
+    sock = _connect(name)
+    if sock is not None:
+        return sock
+    if early_start_pid is not None:
+        sock = _connect(socket_name(key, early_start_pid))
+        if sock is not None:
+            return sock
+    # Two Python workers may start a host for the same worker at once: only one can bind the
+    # name, the other host exits at once and both connect to the winner.
+    process = start_host(key, name, daemon_pid, log_format)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         sock = _connect(name)
@@ -148,8 +164,10 @@ def exchange(
     attempts: int = REQUEST_ATTEMPTS,
     timeout_s: float | None = None,
     stuck_after_s: float | None = None,
+    early_start_pid: int | None = None,
 ) -> Any:
-    """Send ``message`` to the host of ``key`` (started if needed) and return its reply.
+    """Send ``message`` to the host of ``key`` (started if needed, see
+    :func:`connect_or_start`) and return its reply.
 
     ``timeout_s`` bounds each wait for a message from the host. While an epoch runs the host
     sends :class:`EpochAlive` messages, which are read and passed over; one that says the
@@ -162,7 +180,7 @@ def exchange(
     """
     failure = "it closed the connection without a reply"
     for _ in range(attempts):
-        with connect_or_start(key, log_format) as connection:
+        with connect_or_start(key, log_format, early_start_pid) as connection:
             connection.settimeout(timeout_s)
             try:
                 send_message(connection, message)

@@ -43,6 +43,9 @@ class JobSpec:
     #: checks; None: no queries.
     query_router: str | None = None
     query_secret: str | None = None
+    #: The driver's process id when it started the worker hosts itself, before its query
+    #: (a local run, ``spark/early_start.py``): the epoch calls look for those hosts first.
+    early_start_pid: int | None = None
 
     @property
     def executor_state_dir(self) -> str:

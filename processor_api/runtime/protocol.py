@@ -7,7 +7,8 @@ and answers at the epoch's end with a :class:`WorkerEpochReply` (or an :class:`E
 The other requests are short: :class:`EndEpochRequest` (the driver stops the run: commit and
 end the epoch now), :class:`CloseRequest` (the run ended: close every task, exit) and
 :class:`ReleaseRequest` (another worker on this machine takes a task: drop what it has not
-committed and close it).
+committed and close it). :class:`EarlyStartRequest` comes from the driver of a local run to a
+host it started itself before its query (``spark/early_start.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ class EpochEnd:
     duration_s: float | None = None
     end_offsets: dict[TopicPartitionKey, int] | None = None
     caught_up: bool = False
+
+
+#: The number of the epoch a host started by the driver runs on its own before its run's
+#: first (``EarlyStartRequest``); Spark's epochs are numbered from 1.
+EARLY_EPOCH = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,22 @@ class ReleaseRequest:
     close it (its lock is free once answered by the closing, not by the reply)."""
 
     task_id: str
+
+
+@dataclass(frozen=True)
+class EarlyStartRequest:
+    """Open ``worker``'s tasks before the run's first epoch (the driver started this host
+    while its query starts): take their locks; with ``build`` (a new checkpoint: Spark will
+    hand over no state) also build them as the first epoch would for tasks Spark has never
+    run (recover, restore, init, the input's consumer); with ``process`` run them in an
+    epoch of the host's own (``EARLY_EPOCH``, committing as any epoch) until the first
+    epoch's call takes them over. Answered with an :class:`OkReply` at once."""
+
+    spec: JobSpec
+    worker: str
+    tasks: tuple[str, ...]
+    build: bool
+    process: bool
 
 
 @dataclass(frozen=True)

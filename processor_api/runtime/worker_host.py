@@ -19,6 +19,10 @@ key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
   ``CloseRequest`` (the run ended) closes every task and exits, after the host stopped
   listening; ``ReleaseRequest`` (another worker on this machine takes a task) closes that
   task at its next turn, dropping what it had not committed;
+* started by the driver of a local run before its query (``spark/early_start.py``), serves an
+  ``EarlyStartRequest``: opens the worker's tasks as a first epoch would and, when told to,
+  runs them in an epoch of its own until the first epoch's request comes; that request gets
+  signs of life from the acceptor meanwhile;
 * takes each task directory's lock when it opens the task and holds it until it closes the
   task, asking a previous owner on this machine to release it first; closes the tasks an
   epoch does not name (assigned elsewhere now);
@@ -66,13 +70,17 @@ from processor_api.runtime.job import JobSpec
 from processor_api.runtime.metrics import TaskMetrics
 from processor_api.runtime.metrics_publisher import MetricsPublisher
 from processor_api.runtime.protocol import (
+    EARLY_EPOCH,
     CloseRequest,
+    EarlyStartRequest,
     EndEpochRequest,
     EpochAlive,
+    EpochEnd,
     EpochReply,
     ErrorReply,
     OkReply,
     ReleaseRequest,
+    TaskEpoch,
     WorkerEpochReply,
     WorkerEpochRequest,
 )
@@ -107,6 +115,10 @@ class WorkerHost:
         self._query_woken = threading.Event()  # a query waits: the loop does not wait
         self.idle = False  # the main thread waits for a request (no loop runs)
         self.wake_main: Callable[[], None] = lambda: None  # set by serve()
+        #: the host is starting its tasks before the run's first epoch (start_early)
+        self.starting_early = threading.Event()
+        #: signs of life sent by the acceptor to epoch calls queued while starting early
+        self.queued_alive: dict[socket.socket, _QueuedAlive] = {}
         self._log = get_logger("processor_api.worker_host")
 
     @property
@@ -138,6 +150,60 @@ class WorkerHost:
         self._close()
         return OkReply()
 
+    # ------------------------------------------------------------ early start
+    def start_early(self, request: EarlyStartRequest, stop: Callable[[], bool]) -> None:
+        """Open the worker's tasks before the run's first epoch, build them with
+        ``request.build`` and, with ``request.process`` too, run them in an epoch of this
+        host's own (``EARLY_EPOCH``, no time limit) until ``stop()`` (a request came: the
+        first epoch's, as a rule). A task that fails is left to the first epoch, which starts
+        it again and reports its error."""
+        spec = request.spec
+        if self._spec is not None and self._spec.run_id == spec.run_id:
+            return  # an epoch of the run came first: its tasks are running already
+        if self._spec is not None:
+            self._close()
+        self._spec = spec
+        self.starting_early.set()
+        try:
+            for task_id in request.tasks:
+                if stop():
+                    return  # an epoch came: it opens the tasks not started yet
+                self._loop_at = time.monotonic()
+                log = get_logger("processor_api.worker_host", task=task_id)
+                try:
+                    runner = self.runners.get(task_id) or self._open(spec, task_id)
+                    restored = runner.start_early() if request.build else 0
+                except Exception as exc:  # noqa: BLE001 - the first epoch tries again
+                    log.warning("task_start_early_failed", error=f"{type(exc).__name__}: {exc}")
+                    self._close_task(task_id, reason="it failed to start before the first epoch")
+                    continue
+                log.debug(
+                    "task_started_early",
+                    worker=request.worker,
+                    built=request.build,
+                    restored=restored,
+                )
+            if request.build and request.process and not stop():
+                early = WorkerEpochRequest(
+                    spec=spec,
+                    worker=request.worker,
+                    tasks=tuple(TaskEpoch(t, None) for t in request.tasks if t in self.runners),
+                    epoch=EARLY_EPOCH,
+                    end=EpochEnd(),
+                )
+                ended = lambda: stop() or self.ended_run == spec.run_id  # noqa: E731
+                try:
+                    self._run_epoch(early, lambda: True, ended)
+                except Exception as exc:  # noqa: BLE001 - the first epoch rebuilds the tasks
+                    self._log.warning("early_epoch_failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.starting_early.clear()
+
+    def _stop_queued_alive(self, connection: socket.socket) -> None:
+        alive = self.queued_alive.pop(connection, None)
+        if alive is not None:
+            alive.stop()
+
     # ------------------------------------------------------------------ epoch
     def epoch(
         self, request: WorkerEpochRequest, connection: socket.socket
@@ -145,6 +211,7 @@ class WorkerHost:
         """Run one epoch of the worker's tasks while ``connection`` (the Spark task) is up;
         the reply (None when the Spark task is gone) and until when to go on between epochs
         (None: do not)."""
+        self._stop_queued_alive(connection)
         spec = request.spec
         if self.ended_run == spec.run_id:
             return self._empty_epoch(request), None
@@ -160,9 +227,14 @@ class WorkerHost:
         return reply, (time.monotonic() + EPOCH_GAP_S) if continuous else None
 
     def _run_epoch(
-        self, request: WorkerEpochRequest, connected: Callable[[], bool]
+        self,
+        request: WorkerEpochRequest,
+        connected: Callable[[], bool],
+        end_requested: Callable[[], bool] | None = None,
     ) -> WorkerEpochReply | None:
         spec = request.spec
+        if end_requested is None:
+            end_requested = lambda: self.ended_run == spec.run_id  # noqa: E731
         if self._spec is not None and self._spec.run_id != spec.run_id:
             self._close()  # a new run of the same application: the tasks start afresh
         self._spec = spec
@@ -177,7 +249,7 @@ class WorkerHost:
                 runner = self.runners.get(task.task_id) or self._open(spec, task.task_id)
                 control = EpochControl(
                     connected=connected,
-                    end_requested=lambda: self.ended_run == spec.run_id,
+                    end_requested=end_requested,
                     release_requested=lambda t=task.task_id: (  # type: ignore[misc]
                         self.stopping.is_set() or self._released(t)
                     ),
@@ -278,6 +350,10 @@ class WorkerHost:
         replies = {}
         for task in request.tasks:
             runner = self.runners.get(task.task_id)
+            early = runner.reply_started_early(task.state_json) if runner is not None else None
+            if early is not None:  # it committed before the first epoch: Spark keeps that
+                replies[task.task_id] = early
+                continue
             replies[task.task_id] = EpochReply(
                 metadata_json=task.state_json or TaskMetadata().to_json(),
                 processed=0,
@@ -503,6 +579,31 @@ def next_commit_at(now: float, interval_s: float, aligned: bool) -> float:
 ALIVE_INTERVAL_S = 5.0
 
 
+class _QueuedAlive:
+    """Signs of life (:class:`EpochAlive`) for an epoch call whose request waits while the
+    host starts its tasks early: a restore may take longer than the call waits for a word."""
+
+    def __init__(self, connection: socket.socket, alive_at: Callable[[], float]) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._send, args=(connection, alive_at), name="queued-alive", daemon=True
+        )
+        self._thread.start()
+
+    def _send(self, connection: socket.socket, alive_at: Callable[[], float]) -> None:
+        while not self._done.wait(ALIVE_INTERVAL_S):
+            idle_s = max(0.0, time.monotonic() - alive_at())
+            try:
+                send_message(connection, EpochAlive(loop_idle_s=round(idle_s, 3)))
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        """Stop sending (before anything else is sent on the connection)."""
+        self._done.set()
+        self._thread.join()
+
+
 @contextmanager
 def _signs_of_life(connection: socket.socket, alive_at: Callable[[], float]) -> Iterator[None]:
     """While the block runs (an epoch), send an :class:`EpochAlive` on ``connection`` every
@@ -606,6 +707,9 @@ def _accept(server: socket.socket, host: WorkerHost, requests: queue.Queue) -> N
                 except OSError:
                     pass
             continue
+        if isinstance(message, WorkerEpochRequest) and host.starting_early.is_set():
+            # registered before it is queued: the main thread stops it when it takes the request
+            host.queued_alive[connection] = _QueuedAlive(connection, lambda: host.alive_at)
         if isinstance(message, CloseRequest):
             # Stop listening before closing the tasks: a worker that connects meanwhile is
             # refused and starts a new host (which waits for the tasks' locks), instead of
@@ -659,6 +763,16 @@ def serve(name: str, daemon_pid: int) -> None:
         if isinstance(message, _Wake):
             host.apply_releases()
             host.serve_queries()
+            continue
+        if isinstance(message, EarlyStartRequest):
+            with connection:
+                try:
+                    send_message(connection, OkReply())
+                except OSError:
+                    pass
+            host.start_early(message, lambda: not requests.empty())
+            host.apply_releases()
+            last_request = time.monotonic()
             continue
         reply: Any
         with connection:

@@ -98,6 +98,7 @@ def run_epoch(
         request,
         timeout_s=task_timeout_s + ANSWER_GRACE_S,
         stuck_after_s=loop_patience_s(task_timeout_s),
+        early_start_pid=spec.early_start_pid,
     )
     if not isinstance(reply, WorkerEpochReply):
         raise_remote_error(reply)

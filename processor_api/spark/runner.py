@@ -14,12 +14,14 @@ end; the tasks' input offsets are committed to the consumer group with every com
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,12 +40,18 @@ from processor_api.logging import get_logger
 from processor_api.runtime.executor_dirs import state_dirs_here
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
+from processor_api.runtime.protocol import EpochEnd
 from processor_api.spark.epoch_function import OUTPUT_SCHEMA, STATE_SCHEMA
 from processor_api.spark.failures import query_failed
 from processor_api.spark.progress import Progress, log_batch_timings, observed
 from processor_api.spark.resume import check_checkpoint_mode
 from processor_api.spark.session import build_spark_session
-from processor_api.spark.settings import STOP_GRACE_S, RunResult, RunSettings
+from processor_api.spark.settings import (
+    EARLY_START_MODES,
+    STOP_GRACE_S,
+    RunResult,
+    RunSettings,
+)
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -79,6 +87,11 @@ class TopologyRunner:
                 "processing_guarantee": settings.processing_guarantee,
             }
         )
+        if settings.early_start not in EARLY_START_MODES:
+            raise ConfigError(
+                f"early_start must be one of {', '.join(EARLY_START_MODES)}, "
+                f"got {settings.early_start!r}"
+            )
         if settings.epoch_interval_s <= 0:
             raise ConfigError(f"--epoch-interval must be > 0 s, got {settings.epoch_interval_s}")
         self._topology_kwargs = dict(topology_kwargs or {})
@@ -103,6 +116,10 @@ class TopologyRunner:
         #: Epochs of a fixed length, with seconds between triggers in which a stop is safe
         #: (not available-now, not bounded: their next batch starts at once).
         self._timed_epochs = False
+        #: This driver's pid once it started the worker hosts itself (``early_start.py``):
+        #: every job spec of the run names it, so the epoch calls find those hosts.
+        self._early_start_pid: int | None = None
+        self._closed = False
         self.plan: TopicPlan | None = None
         self._metrics: RunMetrics | None = None
         self._queries: Any = None  # query.service.RunQueries, once the job spec names it
@@ -228,96 +245,70 @@ class TopologyRunner:
         ``available_now``: one epoch (``Trigger.AvailableNow``) in which every task processes
         up to ``end_offsets_cap``, then the query stops by itself.
         """
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
-        from processor_api.runtime.protocol import EpochEnd
-        from processor_api.spark.assignment import load_or_assign, worker_ids
         from processor_api.spark.checkpoint_files import open_checkpoint
-        from processor_api.spark.epoch_function import run_epoch
         from processor_api.spark.epochs import (
             epoch_rows,
             epoch_trigger_s,
             executors_of,
             local_cores,
-            reset_policies,
+            local_master,
             slots_of,
             worker_count,
         )
-        from processor_api.spark.task_keys import load_or_plan_group_keys, recorded_partitions
 
         plan = self.plan or self.prepare()
         checkpoint = self.settings.resolved_checkpoint_dir
         threads = self.config.num_stream_threads
+        files = open_checkpoint(checkpoint, self.config)
+        layout: _Layout | None = None
         if self._spark is None:
             cores = local_cores(self.settings.master)
-            self._spark = build_spark_session(
-                self.settings,
-                f"run-topology:{self.config.application_id}",
+            sizing = (
                 len(plan.task_ids)
                 if cores is None
-                else worker_count(len(plan.task_ids), cores, 1, threads),
+                else worker_count(len(plan.task_ids), cores, 1, threads)
+            )
+            if cores is not None and self._early_start_possible():
+                # the executor is this machine: its worker hosts start while Spark does
+                self._early_start_pid = os.getpid()
+                local = local_cores(local_master(self.settings.master, sizing))
+                assert local is not None
+                workers = worker_count(len(plan.task_ids), local, 1, threads)
+                layout = self._layout(
+                    files, workers, available_now, end_offsets_cap, bounded_epochs=False
+                )
+                self._start_hosts_early(layout.spec, files, available_now)
+            self._spark = build_spark_session(
+                self.settings, f"run-topology:{self.config.application_id}", sizing
             )
         spark = self._spark
-        slots = slots_of(spark)
-        cores = local_cores(spark.sparkContext.master)
-        workers = worker_count(
-            len(plan.task_ids), slots if cores is None else cores, executors_of(spark), threads
-        )
-        files = open_checkpoint(checkpoint, self.config)
-        partitions = recorded_partitions(files) or workers
-        if workers > partitions:
-            _log.warning(
-                "workers_capped",
-                workers=workers,
-                partitions=partitions,
-                detail="the Spark checkpoint was started with fewer shuffle partitions than "
-                "this run has workers, and Spark keeps them: each worker needs one",
+        if layout is None:
+            slots = slots_of(spark)
+            cores = local_cores(spark.sparkContext.master)
+            workers = worker_count(
+                len(plan.task_ids), slots if cores is None else cores, executors_of(spark), threads
             )
-            workers = partitions
-        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-        bounded_epochs = not available_now and slots < workers
+            bounded_epochs = not available_now and slots < workers
+            layout = self._layout(files, workers, available_now, end_offsets_cap, bounded_epochs)
+        spark.conf.set("spark.sql.shuffle.partitions", str(layout.partitions))
+        bounded_epochs = layout.end.caught_up
+        workers = len(layout.workers)
         self._timed_epochs = not available_now and not bounded_epochs
         if bounded_epochs and not self._warned_slots:
             self._warned_slots = True
             _log.warning(
                 "bounded_epochs",
                 workers=workers,
-                slots=slots,
+                slots=slots_of(spark),
                 detail="fewer Spark task slots than workers: each epoch ends once its tasks "
                 "caught up, so workers take turns (latency is then the epoch cadence); give the "
                 "run at least as many executor cores as num.stream.threads per executor",
             )
-        ids = worker_ids(workers)
-        subtopologies = {sub.id: sub for sub in self.topology.subtopologies()}
-        stateful = {
-            task_id
-            for task_id in plan.task_ids
-            if subtopologies[parse_task_id(task_id)[0]].store_names
-        }
-        assignment = load_or_assign(files, plan.task_ids, ids, stateful)
-        group_keys = load_or_plan_group_keys(files, ids, partitions)
-        topic_partitions = [
-            (topic, p)
-            for topics in (plan.external_sources, plan.internal)
-            for topic, count in topics.items()
-            for p in range(count)
-        ]
-        spec = self._job_spec(
-            bounded=available_now,
-            start_offsets=committed_offsets(
-                self.settings.bootstrap_servers,
-                self.config.application_id,
-                topic_partitions,
-                kafka=self.kafka,
-            ),
-            reset_policies=reset_policies(self.topology, sorted(plan.internal)),
-            assignment=assignment,
-        )
-        end = EpochEnd(
-            duration_s=None if available_now or bounded_epochs else self.settings.epoch_interval_s,
-            end_offsets=end_offsets_cap if available_now else None,
-            caught_up=bounded_epochs,
-        )
+        spec, end, ids, group_keys = layout.spec, layout.end, layout.workers, layout.group_keys
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        from processor_api.spark.epoch_function import run_epoch
+
         results = (
             epoch_rows(spark, group_keys, ids)
             .groupBy("task")
@@ -356,6 +347,97 @@ class TopologyRunner:
             else (f"{self.settings.epoch_interval_s:g}s"),
         )
         return self._query
+
+    def _layout(
+        self,
+        files: Any,
+        workers: int,
+        available_now: bool,
+        end_offsets_cap: dict[tuple[str, int], int] | None,
+        bounded_epochs: bool,
+    ) -> _Layout:
+        """The run's workers, their tasks and group keys, the job spec and the epochs' end,
+        for ``workers`` workers (capped by the checkpoint's shuffle partitions)."""
+        from processor_api.spark.assignment import load_or_assign, worker_ids
+        from processor_api.spark.epochs import reset_policies
+        from processor_api.spark.task_keys import load_or_plan_group_keys, recorded_partitions
+
+        plan = self.plan
+        assert plan is not None
+        partitions = recorded_partitions(files) or workers
+        if workers > partitions:
+            _log.warning(
+                "workers_capped",
+                workers=workers,
+                partitions=partitions,
+                detail="the Spark checkpoint was started with fewer shuffle partitions than "
+                "this run has workers, and Spark keeps them: each worker needs one",
+            )
+            workers = partitions
+        ids = worker_ids(workers)
+        subtopologies = {sub.id: sub for sub in self.topology.subtopologies()}
+        stateful = {
+            task_id
+            for task_id in plan.task_ids
+            if subtopologies[parse_task_id(task_id)[0]].store_names
+        }
+        assignment = load_or_assign(files, plan.task_ids, ids, stateful)
+        group_keys = load_or_plan_group_keys(files, ids, partitions)
+        topic_partitions = [
+            (topic, p)
+            for topics in (plan.external_sources, plan.internal)
+            for topic, count in topics.items()
+            for p in range(count)
+        ]
+        spec = self._job_spec(
+            bounded=available_now,
+            start_offsets=committed_offsets(
+                self.settings.bootstrap_servers,
+                self.config.application_id,
+                topic_partitions,
+                kafka=self.kafka,
+            ),
+            reset_policies=reset_policies(self.topology, sorted(plan.internal)),
+            assignment=assignment,
+            early_start_pid=self._early_start_pid,
+        )
+        end = EpochEnd(
+            duration_s=None if available_now or bounded_epochs else self.settings.epoch_interval_s,
+            end_offsets=end_offsets_cap if available_now else None,
+            caught_up=bounded_epochs,
+        )
+        return _Layout(ids, group_keys, spec, end, partitions)
+
+    def _early_start_possible(self) -> bool:
+        """Whether this run's driver starts the worker hosts itself (``early_start.py``):
+        asked to, and one state directory (an executor's own would be unknown here)."""
+        return self.settings.early_start != "off" and not self.settings.state_dir_per_executor
+
+    def _start_hosts_early(self, spec: JobSpec, files: Any, available_now: bool) -> None:
+        """Start the worker hosts with their tasks before the session and the query. Only
+        for a new checkpoint (Spark then hands over no state) are the tasks built, and, in a
+        continuous run when asked to, processed before the first epoch."""
+        from processor_api.spark.early_start import host_environment, start_hosts_early
+
+        build = not files.batches("commits")
+        process = build and self.settings.early_start == "process" and not available_now
+        start_hosts_early(spec, build, process, host_environment(self.settings.spark_conf))
+        if process:
+            threading.Thread(
+                target=self._end_early_epochs_on_stop, name="early-stop", daemon=True
+            ).start()
+
+    def _end_early_epochs_on_stop(self) -> None:
+        """A stop requested while the query starts ends the hosts' own epochs at once (each
+        task commits what it processed); once the query runs, :meth:`_graceful_stop` does."""
+        from processor_api.spark.epochs import end_epochs
+
+        while not self._stop_requested.wait(0.2):
+            if self._query is not None or self._closed:
+                return
+        assert self.plan is not None
+        for directory in self._state_dirs_here():
+            end_epochs(directory, self.config.application_id, self.plan.task_ids, self._run_id)
 
     # ------------------------------------------------------------------- run
     def run(self) -> RunResult:
@@ -621,6 +703,7 @@ class TopologyRunner:
         Tasks live in worker host processes across epochs (``worker_host.py``); closing them
         runs the processors' ``close()``. Hosts on other machines exit with their executor.
         """
+        self._closed = True
         if self._query is not None and self._query.isActive:
             self._query.stop()
         if self.plan is not None:
@@ -632,6 +715,18 @@ class TopologyRunner:
         if self._own_spark and self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How a run's tasks reach Spark: its workers, their group keys, the job spec, the end
+    of its epochs and the shuffle partitions."""
+
+    workers: list[str]
+    group_keys: dict[str, str]
+    spec: JobSpec
+    end: EpochEnd
+    partitions: int
 
 
 class RunMetrics:

@@ -18,7 +18,8 @@ from processor_api.spark.spark_home import compiled_spark_home
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
 
-def _python_path() -> str:
+def python_path() -> str:
+    """The ``PYTHONPATH`` of the run's Python workers: the driver's modules first."""
     entries = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
     existing = os.environ.get("PYTHONPATH")
     if existing:
@@ -36,9 +37,9 @@ def build_spark_session(settings: RunSettings, app_name: str, worker_count: int)
     """
     from pyspark.sql import SparkSession
 
-    python_path = _python_path()
+    workers_path = python_path()
     quiet = not debug_enabled()
-    os.environ["PYTHONPATH"] = python_path
+    os.environ["PYTHONPATH"] = workers_path
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if quiet:
         os.environ.setdefault("PYTHONWARNINGS", "ignore")  # inherited by local workers
@@ -51,7 +52,7 @@ def build_spark_session(settings: RunSettings, app_name: str, worker_count: int)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(max(1, worker_count)))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.executorEnv.PYTHONPATH", python_path)
+        .config("spark.executorEnv.PYTHONPATH", workers_path)
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.sql.streaming.stopTimeout", str(int(STOP_GRACE_S * 1000)))
         .config("spark.sql.adaptive.enabled", "false")

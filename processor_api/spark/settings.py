@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: The values of ``RunSettings.early_start``.
+EARLY_START_MODES = ("process", "open", "off")
+
 #: How long stopping a query waits for the Spark batch (epoch) in flight to end.
 STOP_GRACE_S = 60.0
 
@@ -45,6 +48,10 @@ class RunSettings:
     query_host: str = "127.0.0.1"
     #: The bearer token every query must carry (``--query-token-file``); None: none.
     query_token: str | None = None
+    #: Local masters: the driver starts the worker hosts while Spark starts (``--early-start``,
+    #: ``spark/early_start.py``): ``process`` (a new checkpoint's tasks process until the first
+    #: epoch), ``open`` (the tasks are opened and restored only) or ``off``.
+    early_start: str = "process"
 
     @property
     def resolved_checkpoint_dir(self) -> str:
