@@ -52,6 +52,7 @@ DRIVER_SIDE = {
     "query_port": "the driver's query server (the hosts get the router's address)",
     "query_host": "the driver's query server",
     "query_token": "the driver's query server (the hosts prove the run's secret instead)",
+    "early_start": "the driver starts the hosts (the spec then carries early_start_pid)",
 }
 
 
@@ -116,6 +117,7 @@ def test_every_job_spec_field_comes_from_the_run(tmp_path):
         "state_dir_per_executor": settings.state_dir_per_executor,
         "query_router": None,  # no --query-port: the hosts dial no router
         "query_secret": None,
+        "early_start_pid": None,  # set once the driver has started the hosts itself
         **epoch_fields,
     }
     assert sorted(expected) == sorted(f.name for f in fields(JobSpec)), (
