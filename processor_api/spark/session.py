@@ -17,6 +17,11 @@ from processor_api.spark.spark_home import compiled_spark_home
 
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
+#: pyspark's daemon with pandas, pyarrow and the epoch function imported before it forks the
+#: Python workers, which then share those pages (pyspark_daemon.py). ``--spark-conf
+#: spark.python.daemon.module=pyspark.daemon`` goes back to pyspark's own.
+DAEMON_MODULE = "processor_api.spark.pyspark_daemon"
+
 
 def _python_path() -> str:
     entries = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
@@ -32,7 +37,7 @@ def build_spark_session(settings: RunSettings, app_name: str, worker_count: int)
     Quiet unless the log level is debug: Spark's log4j at ERROR from the JVM's start (see
     log4j2.properties; no banner, no WARN lines), no console progress bar, Python warnings
     (pandas' FutureWarning) off in the workers. The level reaches the workers as
-    ``$PROCESSOR_API_LOG_LEVEL``.
+    ``$PROCESSOR_API_LOG_LEVEL``. The Python workers are forked from ``DAEMON_MODULE``.
     """
     from pyspark.sql import SparkSession
 
@@ -57,6 +62,7 @@ def build_spark_session(settings: RunSettings, app_name: str, worker_count: int)
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false" if quiet else "true")
         .config(f"spark.executorEnv.{LEVEL_ENV}", current_level())
+        .config("spark.python.daemon.module", DAEMON_MODULE)
     )
     if quiet and "PYTHONWARNINGS" not in settings.spark_conf:
         builder = builder.config("spark.executorEnv.PYTHONWARNINGS", "ignore")
