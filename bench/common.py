@@ -315,7 +315,7 @@ def _kind_of(cmdline: bytes) -> str:
         return "worker_hosts"
     if "task_host" in text:  # before workers: one host process per task
         return "task_hosts"
-    if "pyspark.daemon" in text or "pyspark.worker" in text:
+    if "pyspark.daemon" in text or "pyspark.worker" in text or "pyspark_daemon" in text:
         return "pyspark_workers"
     if text.split(" ", 1)[0].endswith("java"):
         return "jvm"
@@ -342,6 +342,7 @@ class MemorySampler(threading.Thread):
         self.peak_rss_kb = 0
         self.peak_pss_kb = 0
         self.peak_breakdown_pss_kb: dict[str, int] = {}
+        self.peak_per_process_kb: list[tuple[str, int, int, int]] = []  # kind, pid, pss, rss
         self.peak_processes = 0
         self.samples = 0
         self.kinds_seen: dict[str, set[int]] = {}
@@ -386,6 +387,7 @@ class MemorySampler(threading.Thread):
     def sample(self) -> None:
         rss_total = pss_total = 0
         breakdown: dict[str, int] = {}
+        per_process: list[tuple[str, int, int, int]] = []
         members = self._members()
         for pid in members:
             status = self._read(f"/proc/{pid}/status")
@@ -406,11 +408,13 @@ class MemorySampler(threading.Thread):
             rss_total += rss
             pss_total += pss or rss
             breakdown[kind] = breakdown.get(kind, 0) + (pss or rss)
+            per_process.append((kind, pid, pss or rss, rss))
         self.samples += 1
         self.peak_rss_kb = max(self.peak_rss_kb, rss_total)
         if pss_total > self.peak_pss_kb:
             self.peak_pss_kb = pss_total
             self.peak_breakdown_pss_kb = breakdown
+            self.peak_per_process_kb = sorted(per_process)
             self.peak_processes = len(members)
 
     def run(self) -> None:
@@ -431,6 +435,10 @@ class MemorySampler(threading.Thread):
                 k: round(v / 1024, 1) for k, v in sorted(self.peak_breakdown_pss_kb.items())
             },
             "processes_at_peak": self.peak_processes,
+            "peak_pss_by_process_mib": [
+                {"kind": kind, "pid": pid, "pss": round(pss / 1024, 1), "rss": round(rss / 1024, 1)}
+                for kind, pid, pss, rss in self.peak_per_process_kb
+            ],
             "processes_seen_by_kind": {k: len(v) for k, v in sorted(self.kinds_seen.items())},
             "samples": self.samples,
             "interval_s": self.interval_s,
