@@ -36,7 +36,7 @@ _OPTION_WORDS = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``read-store`` arguments."""
-    from processor_api.cli.run_topology import _key_value, add_topology_and_kafka_arguments
+    from processor_api.cli.arguments import add_topology_and_kafka_arguments, key_value
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=["json", "table"], default="json")
     parser.add_argument(
         "--config",
-        type=_key_value,
+        type=key_value,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``read-store``; returns the exit status."""
-    from processor_api.cli.run_topology import SETUP_ERRORS
+    from processor_api.cli.arguments import SETUP_ERRORS
 
     args = build_parser().parse_args(argv)
     configure_logging(args.log_format, args.log_level)
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rows(args: argparse.Namespace) -> Iterable[dict[str, Any]]:
-    from processor_api.cli.run_topology import kafka_settings
+    from processor_api.cli.arguments import kafka_settings
     from processor_api.config import StreamsConfig
     from processor_api.kafka.store_reader import store_builder
     from processor_api.state.json_entries import entry_fields

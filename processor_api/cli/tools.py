@@ -30,7 +30,7 @@ import sys
 import threading
 from types import FrameType
 
-from processor_api.cli.run_topology import add_kafka_arguments, kafka_settings
+from processor_api.cli.arguments import add_kafka_arguments, kafka_settings
 from processor_api.errors import BrokerUnavailableError, ConfigError, StreamsError
 from processor_api.logging import LEVELS, configure_logging
 from processor_api.query.command import add_query_command, run_query
