@@ -4,7 +4,9 @@ Every worker host of a run with ``--query-port`` dials this router (its address 
 run's secret are in the job spec), proves the secret, and says which tasks it holds, again
 whenever that changes (``runtime/query_link.py``). A read is sent to the host that last said
 it holds the task and waits for its answer; a task nobody holds, a host that goes away, or
-no answer within the timeout is a :class:`TaskUnavailableError` (HTTP 503).
+no answer within the timeout is a :class:`TaskUnavailableError` (HTTP 503). A host that does
+not take a read within ``SEND_DEADLINE_S`` (it stopped reading) is dropped, so no request
+waits on it again: its tasks are on no worker until it dials again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from processor_api.logging import get_logger
 from processor_api.query.errors import TaskUnavailableError
 from processor_api.runtime.query_link import (
+    SEND_DEADLINE_S,
     FrameError,
     receive_frame,
     secret_matches,
@@ -40,8 +43,9 @@ class _Host:
     def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
         self.name = name
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one request at a time on the socket
         self.pending: dict[int, _Answer] = {}
+        self.dropped = False  # it took no request in time: nothing is sent to it again
 
 
 class _Answer:
@@ -121,6 +125,8 @@ class HostRouter:
 
     def _holds(self, host: _Host, tasks: list[str]) -> None:
         with self._lock:
+            if host.dropped:
+                tasks = []
             for task, owner in list(self._owners.items()):
                 if owner is host and task not in tasks:
                     del self._owners[task]
@@ -148,12 +154,15 @@ class HostRouter:
         request_id = next(self._ids)
         host.pending[request_id] = answer
         try:
-            with host.lock:
-                send_frame(host.sock, {**request, "op": "read", "id": request_id, "task": task})
-        except OSError:
+            self._send(host, {**request, "op": "read", "id": request_id, "task": task})
+        except OSError as exc:
             host.pending.pop(request_id, None)
+            if isinstance(exc, TimeoutError):
+                reason = f"takes no requests (it read none for {SEND_DEADLINE_S:g}s)"
+            else:
+                reason = "went away"
             raise TaskUnavailableError(
-                f"task {task}: its worker host {host.name} went away", RETRY_AFTER_S
+                f"task {task}: its worker host {host.name} {reason}", RETRY_AFTER_S
             ) from None
         if not answer.done.wait(timeout_s):
             host.pending.pop(request_id, None)
@@ -166,6 +175,34 @@ class HostRouter:
                 str(answer.body.get("error") or f"task {task} is not available"), RETRY_AFTER_S
             )
         return answer.status, answer.body
+
+    def _send(self, host: _Host, message: dict[str, Any]) -> None:
+        """Send ``message`` to ``host`` within ``SEND_DEADLINE_S`` (waiting for the socket
+        included), or drop the host and raise ``OSError`` (``TimeoutError``: it took none)."""
+        if not host.lock.acquire(timeout=SEND_DEADLINE_S):
+            # the request holding it drops the host when its own deadline passes
+            raise TimeoutError(f"another request to {host.name} held it for {SEND_DEADLINE_S:g}s")
+        try:
+            if host.dropped:
+                raise ConnectionError(f"worker host {host.name} was dropped")
+            send_frame(host.sock, message, SEND_DEADLINE_S)
+        except OSError as exc:
+            self._drop(host, exc)
+            raise
+        finally:
+            host.lock.release()
+
+    def _drop(self, host: _Host, exc: OSError) -> None:
+        """Give up ``host``'s connection: a frame may be cut short, so nothing may follow it."""
+        if host.dropped:
+            return
+        host.dropped = True
+        self._holds(host, [])
+        _log.warning("query_host_dropped", host=host.name, error=f"{type(exc).__name__}: {exc}")
+        try:
+            host.sock.shutdown(socket.SHUT_RDWR)  # its reader thread ends and cleans up
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Stop listening and drop every host's connection."""

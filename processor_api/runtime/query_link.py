@@ -13,6 +13,12 @@ which tasks it holds, and then gets reads over that connection:
   (:meth:`QueryLink.serve`) and answers each with at most one page: ``limit`` entries or
   ``SLICE_S`` of reading, whichever ends first, and whether more follows.
 
+Neither thread ever waits on the router: the loop thread and the reader only put replies on
+a bounded outbox (a full one drops the reply: the router answers 503 when its wait ends), and
+a sender thread of the connection sends them, each frame within ``SEND_DEADLINE_S``. A send
+that fails or misses its deadline closes the connection (a frame cut short is never followed
+by another), logged once as ``query_router_lost``, and the link dials again.
+
 Frames are a 4-byte big-endian length and a JSON object. Keys travel serialized (base64) in
 the store's own key serde; entries come back rendered as ``read-store`` renders them
 (:func:`processor_api.state.json_entries.entry_fields`, bytes as base64).
@@ -24,10 +30,12 @@ import base64
 import hmac
 import json
 import queue
+import select
 import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
@@ -43,6 +51,11 @@ SLICE_S = 0.005
 SERVE_BUDGET_S = 0.005
 #: How long the link waits before dialing the router again after losing it.
 REDIAL_S = 1.0
+#: The longest a sender waits for its peer to take one frame (seconds): a peer that stopped
+#: reading loses the connection instead of holding the sender.
+SEND_DEADLINE_S = 2.0
+#: Replies waiting for the link's sender at most; one more is dropped.
+OUTBOX_REPLIES = 64
 _FRAME = struct.Struct(">I")
 #: A frame larger than this is a broken peer, not a page.
 MAX_FRAME_BYTES = 256 * 1024 * 1024
@@ -52,10 +65,41 @@ class FrameError(ConnectionError):
     """The peer sent something that is not a frame of this protocol."""
 
 
-def send_frame(sock: socket.socket, message: dict[str, Any]) -> None:
-    """Send ``message`` as one frame."""
+def send_frame(
+    sock: socket.socket, message: dict[str, Any], deadline_s: float | None = None
+) -> None:
+    """Send ``message`` as one frame; with ``deadline_s``, all of it within that many seconds
+    or ``TimeoutError`` (part of the frame may have gone: the connection is unusable then).
+    The deadline leaves the socket blocking, so a thread may be receiving on it meanwhile."""
     data = json.dumps(message, default=json_default, ensure_ascii=False).encode()
-    sock.sendall(_FRAME.pack(len(data)) + data)
+    frame = _FRAME.pack(len(data)) + data
+    if deadline_s is None:
+        sock.sendall(frame)
+    else:
+        _send_within(sock, frame, deadline_s)
+
+
+def _send_within(sock: socket.socket, data: bytes, deadline_s: float) -> None:
+    # MSG_DONTWAIT and poll rather than settimeout(): a timeout would apply to the
+    # receiving thread's recv() on the same socket as well
+    deadline = time.monotonic() + deadline_s
+    view = memoryview(data)
+    writable = select.poll()
+    writable.register(sock, select.POLLOUT)
+    while True:
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT) :]
+        except BlockingIOError:
+            pass
+        if not view:
+            return
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            raise TimeoutError(
+                f"the peer took {len(data) - len(view)} of a frame's {len(data)} bytes "
+                f"within {deadline_s:g}s"
+            )
+        writable.poll(max(1, int(left_s * 1000)))
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
@@ -94,6 +138,28 @@ def secret_matches(given: object, expected: str) -> bool:
     return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
 
 
+class _Connection:
+    """One connection of a link to the router, and why it ended."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.ended = False
+        self.reason = ""
+        self.failed_send = False
+        self._lock = threading.Lock()
+
+    def end(self, reason: str, failed_send: bool = False) -> None:
+        """End the connection (the first reason is kept); both threads see it end."""
+        with self._lock:
+            if self.ended:
+                return
+            self.ended, self.reason, self.failed_send = True, reason, failed_send
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # the reader's recv() returns
+        except OSError:
+            pass
+
+
 class QueryLink:
     """The connection of one worker host to the driver's query router (see the module docs).
 
@@ -117,8 +183,12 @@ class QueryLink:
         self._holder = holder
         self._wake = wake
         self._tasks: tuple[str, ...] = ()
+        self._router = f"{self._address[0]}:{self._address[1]}"
         self._sock: socket.socket | None = None
-        self._send_lock = threading.Lock()
+        # what waits for the sender: replies, and whether the tasks changed since last sent
+        self._outbox: deque[dict[str, Any]] = deque()
+        self._tasks_changed = False
+        self._outbox_ready = threading.Condition()
         self._closed = threading.Event()
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._log = get_logger("processor_api.query_link", host=host_name)
@@ -135,28 +205,40 @@ class QueryLink:
                 if not warned:
                     warned = True
                     self._log.warning(
-                        "query_router_unreachable",
-                        router=f"{self._address[0]}:{self._address[1]}",
-                        error=str(exc),
+                        "query_router_unreachable", router=self._router, error=str(exc)
                     )
                 self._closed.wait(REDIAL_S)
                 continue
             warned = False
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection = _Connection(sock)
+            with self._outbox_ready:
+                self._outbox.clear()  # replies to the reads of a connection that ended
+                self._tasks_changed = True  # the hello is followed by the tasks
+                self._sock = sock
+            sender = threading.Thread(
+                target=self._send_all, args=(connection,), name="query-link-send", daemon=True
+            )
             try:
-                with self._send_lock:
-                    self._sock = sock
-                    send_frame(sock, {"op": "hello", "secret": self._secret,
-                                      "host": self._host_name})  # fmt: skip
-                    send_frame(sock, {"op": "tasks", "tasks": list(self._tasks)})
+                send_frame(sock, {"op": "hello", "secret": self._secret,
+                                  "host": self._host_name}, SEND_DEADLINE_S)  # fmt: skip
+                sender.start()
                 self._read(sock)
+                connection.end("the router closed the connection")
             except (OSError, FrameError) as exc:
-                self._log.debug("query_router_lost", error=str(exc))
+                connection.end(f"{type(exc).__name__}: {exc}")
             finally:
-                with self._send_lock:
+                with self._outbox_ready:
                     self._sock = None
+                    self._outbox_ready.notify_all()
+                if sender.is_alive():
+                    sender.join()
                 sock.close()
+            if connection.failed_send and not self._closed.is_set():
+                self._log.warning("query_router_lost", router=self._router, error=connection.reason)
+            else:
+                self._log.debug("query_router_lost", router=self._router, error=connection.reason)
             self._closed.wait(REDIAL_S)
 
     def _read(self, sock: socket.socket) -> None:
@@ -174,30 +256,49 @@ class QueryLink:
             self.inbox.put(message)
             self._wake()
 
+    # ---------------------------------------------------------- sender thread
+    def _send_all(self, connection: _Connection) -> None:
+        """Send what the outbox holds until the connection ends; a send that fails or
+        misses its deadline ends it (the reader then sees it closed)."""
+        while True:
+            with self._outbox_ready:
+                while not (connection.ended or self._tasks_changed or self._outbox):
+                    self._outbox_ready.wait()
+                if connection.ended:
+                    return
+                if self._tasks_changed:
+                    self._tasks_changed = False
+                    message = {"op": "tasks", "tasks": list(self._tasks)}
+                else:
+                    message = self._outbox.popleft()
+            try:
+                send_frame(connection.sock, message, SEND_DEADLINE_S)
+            except OSError as exc:
+                connection.end(f"{type(exc).__name__}: {exc}", failed_send=True)
+                return
+
     # ---------------------------------------------------------------- either
     def set_tasks(self, tasks: Iterable[str]) -> None:
-        """Tell the router which tasks this host holds now."""
-        self._tasks = tuple(sorted(tasks))
-        self._send({"op": "tasks", "tasks": list(self._tasks)})
+        """Tell the router which tasks this host holds now (never waits for it)."""
+        with self._outbox_ready:
+            self._tasks = tuple(sorted(tasks))
+            self._tasks_changed = True
+            self._outbox_ready.notify_all()
 
     def reply(self, request: dict[str, Any], status: int, body: dict[str, Any]) -> None:
-        """Answer ``request`` (dropped if the router is gone: it answers 503 itself)."""
-        self._send({"op": "reply", "id": request.get("id"), "status": status, "body": body})
-
-    def _send(self, message: dict[str, Any]) -> None:
-        with self._send_lock:
-            sock = self._sock
-            if sock is None:
+        """Answer ``request`` (never waits for the router; dropped if it is gone or does not
+        keep up: it answers 503 itself when its wait ends)."""
+        message = {"op": "reply", "id": request.get("id"), "status": status, "body": body}
+        with self._outbox_ready:
+            if self._sock is None or len(self._outbox) >= OUTBOX_REPLIES:
                 return
-            try:
-                send_frame(sock, message)
-            except OSError:
-                pass  # the reader sees the connection end and dials again
+            self._outbox.append(message)
+            self._outbox_ready.notify_all()
 
     def close(self) -> None:
         """Stop dialing and drop the connection."""
         self._closed.set()
-        with self._send_lock:
+        with self._outbox_ready:
             sock = self._sock
         if sock is not None:
             try:

@@ -8,7 +8,9 @@ import socket
 import threading
 
 import pytest
+from structlog.testing import capture_logs
 
+from processor_api.query import router as router_module
 from processor_api.query.errors import (
     BadQueryError,
     NotFoundError,
@@ -123,3 +125,54 @@ def test_the_endpoint_names_what_was_wrong(endpoint):
         endpoint.get("/stores/totals/keys/a", {"committed": "maybe"})
     with pytest.raises(NotFoundError, match="no endpoint '/elsewhere'"):
         endpoint.get("/elsewhere", {})
+
+
+def test_a_host_that_stops_reading_is_dropped_and_its_reads_answer_503(monkeypatch, router):
+    monkeypatch.setattr(router_module, "SEND_DEADLINE_S", 0.5)
+    host, port = router.address.rsplit(":", 1)
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a stall shows sooner
+    stalled.connect((host, int(port)))
+    given_up = threading.Event()  # the test ends: the HTTP thread stops whatever happened
+    with capture_logs() as logs, stalled:
+        send_frame(stalled, {"op": "hello", "secret": router.secret, "host": "host-stalled"})
+        send_frame(stalled, {"op": "tasks", "tasks": ["0_0"]})
+        wait_for("the stalled host's tasks", lambda: router.tasks() or None, timeout_s=10)
+        errors: list[str] = []
+
+        def ask_until_dropped() -> None:  # an HTTP thread of the endpoint
+            while router.tasks() and not given_up.is_set():
+                big = {"store": "totals", "kind": "key", "key": "k" * 65536}
+                with pytest.raises(TaskUnavailableError) as unavailable:
+                    router.ask("0_0", big, timeout_s=0.01)  # nobody answers
+                errors.append(str(unavailable.value))
+
+        asking = threading.Thread(target=ask_until_dropped, daemon=True)
+        asking.start()
+        asking.join(60)  # not a speed check: only that the thread was never stuck
+        given_up.set()
+        assert not asking.is_alive(), f"an ask blocked after {len(errors)} reads"
+        assert "did not answer within 0.01s" in errors[0]
+        assert errors[-1] == (
+            "task 0_0: its worker host host-stalled takes no requests (it read none for 0.5s)"
+        )
+        (dropped,) = [e for e in logs if e["event"] == "query_host_dropped"]
+        assert (dropped["log_level"], dropped["host"]) == ("warning", "host-stalled")
+        assert router.tasks() == {}
+        with pytest.raises(TaskUnavailableError, match="task 0_0 is on no worker right now"):
+            router.ask("0_0", {"store": "totals", "kind": "key", "key": "k"})
+
+    # a host that reads takes the task over and answers
+    woken, stop = threading.Event(), threading.Event()
+    link = QueryLink(router.address, router.secret, "host-a", lambda task: None, woken.set)
+    loop = threading.Thread(target=_serve_until_stopped, args=(link, stop, woken))
+    loop.start()
+    try:
+        link.set_tasks(["0_0"])
+        wait_for("the new host's tasks", lambda: router.tasks() or None, timeout_s=10)
+        status, body = router.ask("0_0", {"store": "totals", "kind": "key", "key": "k"})
+        assert (status, body["entries"]) == (200, [{"key": "k", "value": "0_0"}])
+    finally:
+        stop.set()
+        loop.join()
+        link.close()
