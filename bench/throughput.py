@@ -87,15 +87,19 @@ def before_cmd(
         PYTHON,
         "-m",
         run_topology_module(str(BASELINE_DIR)),
-        *processor_api_cmd(bootstrap, topic, state_dir, app_id, extra)[1:],
+        *processor_api_cmd(bootstrap, topic, state_dir, app_id, extra)[3:],
     ]
 
 
 def processor_api_cmd(
     bootstrap: str, topic: str, state_dir: str, app_id: str, extra: tuple[str, ...] = ()
 ) -> list[str]:
+    # ``python -m`` rather than the virtualenv's ``run-topology`` script: an environment
+    # installed before the ``cli/`` package has a script that imports the old module
     return [
-        run_topology_bin(),
+        PYTHON,
+        "-m",
+        run_topology_module(str(REPO_DIR)),
         "topologies.count_per_key:build_topology",
         "--bootstrap-servers",
         bootstrap,
