@@ -120,6 +120,8 @@ def processor_api_cmd(
 #: that results recorded since (``throughput-epochs-*.json``) match.
 EPOCHS = "processor_api epochs"
 EPOCHS_BEFORE = f"processor_api epochs before ({BASELINE_REV})"
+#: The baseline on one core (``--master local[1]``), beside :data:`EPOCHS_ONE_CORE`.
+EPOCHS_BEFORE_ONE_CORE = f"processor_api epochs local[1] before ({BASELINE_REV})"
 #: Python workers forked by the JVM one by one instead of from pyspark's daemon process.
 EPOCHS_NO_DAEMON = "processor_api epochs no pyspark daemon (diagnostic)"
 #: The same count per key and one-minute tumbling window in a window store (RocksDB segments):
@@ -141,6 +143,7 @@ JVM_DEFAULTS_ENV = {"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
 PROCESSOR_API_VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = {
     EPOCHS: ((), None),
     EPOCHS_BEFORE: ((), None),
+    EPOCHS_BEFORE_ONE_CORE: (("--master", "local[1]"), None),
     EPOCHS_NO_DAEMON: (("--spark-conf", "spark.python.use.daemon=false"), None),
     EPOCHS_WINDOWED: (("--topology-arg", "windowed=true"), None),
     EPOCHS_CACHING: (("--topology-arg", "caching=true"), None),
@@ -328,13 +331,14 @@ def contenders(
         label = {
             EPOCHS: "processor_api_epochs",
             EPOCHS_BEFORE: "processor_api_epochs_before",
+            EPOCHS_BEFORE_ONE_CORE: "processor_api_epochs_local1_before",
             EPOCHS_NO_DAEMON: "processor_api_epochs_no_daemon",
             EPOCHS_WINDOWED: "processor_api_epochs_windowed",
             EPOCHS_CACHING: "processor_api_epochs_caching",
             EPOCHS_JVM_DEFAULTS: "processor_api_epochs_jvm_defaults",
             EPOCHS_ONE_CORE: "processor_api_epochs_local1",
         }[name]
-        if name == EPOCHS_BEFORE:
+        if name in (EPOCHS_BEFORE, EPOCHS_BEFORE_ONE_CORE):
             cmd, env, cwd = (
                 before_cmd(bootstrap, topic, state_dir, app_id, extra),
                 before_env(),
@@ -456,6 +460,7 @@ def contenders(
         )
     if not BASELINE_DIR:
         all_contenders.pop(EPOCHS_BEFORE)
+        all_contenders.pop(EPOCHS_BEFORE_ONE_CORE)
     if not (QUIX_VENV / "bin" / "python").exists():
         log("  quixstreams venv missing (bench/.venvs/quix): Quix Streams not run")
         all_contenders.pop("quixstreams")
@@ -518,7 +523,7 @@ def command_text(name: str, topic: str, records: int, ends: dict[int, int]) -> s
     if name not in PROCESSOR_API_VARIANTS:
         return "?"
     extra, extra_env = PROCESSOR_API_VARIANTS[name]
-    if name == EPOCHS_BEFORE:
+    if name in (EPOCHS_BEFORE, EPOCHS_BEFORE_ONE_CORE):
         return "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) " + " ".join(
             before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", extra)
         )
