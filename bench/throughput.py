@@ -73,6 +73,9 @@ def run_topology_bin() -> str:
 #: does not ask for a runtime, so the baseline runs its default: epochs from bbd3af0 on (an
 #: older baseline would run micro-batches).
 BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
+#: Extra run-topology arguments of every run-topology contender (``--debug-log`` of
+#: ``bench.throughput_epochs`` sets ``--log-level debug``: the start-up timeline in the results).
+RUN_EXTRA: tuple[str, ...] = ()
 BASELINE_REV = os.environ.get("BENCH_BASELINE_REV", "baseline")
 
 
@@ -251,7 +254,11 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
     * ``steady_records_per_s``: records of the batches after the first / time between the
       first and the last ``batch_done`` (the first batch's start-up excluded); an
       ``--available-now`` run in epochs usually logs one ``batch_done``, so it has none;
-    * ``batches``: (records, seconds since the previous batch_done) per batch.
+    * ``batches``: (records, seconds since the previous batch_done) per batch;
+    * with a debug log (``--debug-log``): ``start_to_hosts_processing_s`` (the first
+      ``task_first_records``), ``start_to_last_early_commit_s`` (the last ``task_committed``
+      before the first epoch's call: the hosts' end when they reached the run's ends first)
+      and ``start_to_epoch_call_s`` (the first ``epoch_call_started``).
     """
     import re
     from datetime import datetime
@@ -270,6 +277,8 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
         event, stamp = match.group(2), epoch(match.group(1))
         if event not in stamps:
             stamps[event] = stamp
+        if event == "task_committed" and "epoch_call_started" not in stamps:
+            stamps["last_commit_before_call"] = stamp
         if event == "batch_done":
             records = re.search(r" records=(\d+)", line)
             if records and int(records.group(1)) > 0:
@@ -296,6 +305,14 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
         out["query_started_to_finished_s"] = round(
             stamps["run_finished"] - stamps["query_started"], 2
         )
+    if started_epoch is not None:
+        for key, event in (
+            ("start_to_hosts_processing_s", "task_first_records"),
+            ("start_to_last_early_commit_s", "last_commit_before_call"),
+            ("start_to_epoch_call_s", "epoch_call_started"),
+        ):
+            if event in stamps:
+                out[key] = round(stamps[event] - started_epoch, 2)
     if 0 in timings:
         out["first_batch"] = timings[0]
     if len(batches) >= 2:
@@ -326,6 +343,7 @@ def contenders(
 
     def processor_api(rep: int, name: str) -> RunOutcome:
         extra, extra_env = PROCESSOR_API_VARIANTS[name]
+        extra = (*RUN_EXTRA, *extra)
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
         label = {
@@ -523,6 +541,7 @@ def command_text(name: str, topic: str, records: int, ends: dict[int, int]) -> s
     if name not in PROCESSOR_API_VARIANTS:
         return "?"
     extra, extra_env = PROCESSOR_API_VARIANTS[name]
+    extra = (*RUN_EXTRA, *extra)
     if name in (EPOCHS_BEFORE, EPOCHS_BEFORE_ONE_CORE):
         return "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) " + " ".join(
             before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", extra)

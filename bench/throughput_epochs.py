@@ -1,7 +1,7 @@
 """End-to-end throughput of a run in epochs against the hand loop and Quix Streams.
 
 ``python -m bench.throughput_epochs [RECORDS ...] [--reps N] [--partitions P] [--only NAMES]
-[--tag TAG]``: count per key over 3 partitions (``bench/throughput.py``; ``--partitions``: P),
+[--tag TAG] [--debug-log]``: count per key over 3 partitions (``bench/throughput.py``; ``--partitions``: P),
 every contender ``--available-now`` from a cold start, alternating, with the peak PSS of each
 contender's process tree; writes ``bench/results/throughput-epochs-<size>[-<P>p][-<TAG>]-<date>.json``
 (machine, load, commands, runs, medians). With ``BENCH_BASELINE_DIR`` (a checkout of an earlier
@@ -33,9 +33,16 @@ def main() -> None:
         "--partitions", type=int, default=None, help="input partitions (default: 3)"
     )
     parser.add_argument("--tag", default=None, help="added to the result file's name")
+    parser.add_argument(
+        "--debug-log",
+        action="store_true",
+        help="run-topology contenders log at debug: the hosts' start-up timeline in the results",
+    )
     args = parser.parse_args()
     if args.partitions:
         throughput.PARTITIONS = args.partitions  # every command and the topic read it
+    if args.debug_log:
+        throughput.RUN_EXTRA = ("--log-level", "debug")
     include = set(args.only.split(",")) if args.only else CONTENDERS
     problems = ensure_environments()
     broker = Broker.start()
