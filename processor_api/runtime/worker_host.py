@@ -21,9 +21,9 @@ key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
   task at its next turn, dropping what it had not committed;
 * started by the driver of a local run before its query (``spark/early_start.py``), serves an
   ``EarlyStartRequest``: opens the worker's tasks as a first epoch would and, when told to,
-  runs them in an epoch of its own until the first epoch's request comes (in an
-  available-now run, or until they reach the run's end offsets); that request gets signs of
-  life from the acceptor meanwhile;
+  runs them in an epoch of its own until the first epoch's request comes or, in an
+  available-now run, until they reach the run's end offsets; that request gets signs of life
+  from the acceptor meanwhile;
 * takes each task directory's lock when it opens the task and holds it until it closes the
   task, asking a previous owner on this machine to release it first; closes the tasks an
   epoch does not name (assigned elsewhere now);
