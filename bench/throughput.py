@@ -73,6 +73,9 @@ def run_topology_bin() -> str:
 #: does not ask for a runtime, so the baseline runs its default: epochs from bbd3af0 on (an
 #: older baseline would run micro-batches).
 BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
+#: Extra run-topology arguments of every run-topology contender (``--debug-log`` of
+#: ``bench.throughput_epochs`` sets ``--log-level debug``: the start-up timeline in the results).
+RUN_EXTRA: tuple[str, ...] = ()
 BASELINE_REV = os.environ.get("BENCH_BASELINE_REV", "baseline")
 
 
@@ -87,15 +90,19 @@ def before_cmd(
         PYTHON,
         "-m",
         run_topology_module(str(BASELINE_DIR)),
-        *processor_api_cmd(bootstrap, topic, state_dir, app_id, extra)[1:],
+        *processor_api_cmd(bootstrap, topic, state_dir, app_id, extra)[3:],
     ]
 
 
 def processor_api_cmd(
     bootstrap: str, topic: str, state_dir: str, app_id: str, extra: tuple[str, ...] = ()
 ) -> list[str]:
+    # ``python -m`` rather than the virtualenv's ``run-topology`` script: an environment
+    # installed before the ``cli/`` package has a script that imports the old module
     return [
-        run_topology_bin(),
+        PYTHON,
+        "-m",
+        run_topology_module(str(REPO_DIR)),
         "topologies.count_per_key:build_topology",
         "--bootstrap-servers",
         bootstrap,
@@ -116,6 +123,8 @@ def processor_api_cmd(
 #: that results recorded since (``throughput-epochs-*.json``) match.
 EPOCHS = "processor_api epochs"
 EPOCHS_BEFORE = f"processor_api epochs before ({BASELINE_REV})"
+#: The baseline on one core (``--master local[1]``), beside :data:`EPOCHS_ONE_CORE`.
+EPOCHS_BEFORE_ONE_CORE = f"processor_api epochs local[1] before ({BASELINE_REV})"
 #: Python workers forked by the JVM one by one instead of from pyspark's daemon process.
 EPOCHS_NO_DAEMON = "processor_api epochs no pyspark daemon (diagnostic)"
 #: The same count per key and one-minute tumbling window in a window store (RocksDB segments):
@@ -137,6 +146,7 @@ JVM_DEFAULTS_ENV = {"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
 PROCESSOR_API_VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = {
     EPOCHS: ((), None),
     EPOCHS_BEFORE: ((), None),
+    EPOCHS_BEFORE_ONE_CORE: (("--master", "local[1]"), None),
     EPOCHS_NO_DAEMON: (("--spark-conf", "spark.python.use.daemon=false"), None),
     EPOCHS_WINDOWED: (("--topology-arg", "windowed=true"), None),
     EPOCHS_CACHING: (("--topology-arg", "caching=true"), None),
@@ -244,7 +254,11 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
     * ``steady_records_per_s``: records of the batches after the first / time between the
       first and the last ``batch_done`` (the first batch's start-up excluded); an
       ``--available-now`` run in epochs usually logs one ``batch_done``, so it has none;
-    * ``batches``: (records, seconds since the previous batch_done) per batch.
+    * ``batches``: (records, seconds since the previous batch_done) per batch;
+    * with a debug log (``--debug-log``): ``start_to_hosts_processing_s`` (the first
+      ``task_first_records``), ``start_to_last_early_commit_s`` (the last ``task_committed``
+      before the first epoch's call: the hosts' end when they reached the run's ends first)
+      and ``start_to_epoch_call_s`` (the first ``epoch_call_started``).
     """
     import re
     from datetime import datetime
@@ -263,6 +277,8 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
         event, stamp = match.group(2), epoch(match.group(1))
         if event not in stamps:
             stamps[event] = stamp
+        if event == "task_committed" and "epoch_call_started" not in stamps:
+            stamps["last_commit_before_call"] = stamp
         if event == "batch_done":
             records = re.search(r" records=(\d+)", line)
             if records and int(records.group(1)) > 0:
@@ -289,6 +305,14 @@ def _phase_times(log_path: Path, started_epoch: float | None = None) -> dict[str
         out["query_started_to_finished_s"] = round(
             stamps["run_finished"] - stamps["query_started"], 2
         )
+    if started_epoch is not None:
+        for key, event in (
+            ("start_to_hosts_processing_s", "task_first_records"),
+            ("start_to_last_early_commit_s", "last_commit_before_call"),
+            ("start_to_epoch_call_s", "epoch_call_started"),
+        ):
+            if event in stamps:
+                out[key] = round(stamps[event] - started_epoch, 2)
     if 0 in timings:
         out["first_batch"] = timings[0]
     if len(batches) >= 2:
@@ -319,18 +343,20 @@ def contenders(
 
     def processor_api(rep: int, name: str) -> RunOutcome:
         extra, extra_env = PROCESSOR_API_VARIANTS[name]
+        extra = (*RUN_EXTRA, *extra)
         state_dir = tempfile.mkdtemp(prefix="bench-pa-")
         app_id = f"bench-cpk-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
         label = {
             EPOCHS: "processor_api_epochs",
             EPOCHS_BEFORE: "processor_api_epochs_before",
+            EPOCHS_BEFORE_ONE_CORE: "processor_api_epochs_local1_before",
             EPOCHS_NO_DAEMON: "processor_api_epochs_no_daemon",
             EPOCHS_WINDOWED: "processor_api_epochs_windowed",
             EPOCHS_CACHING: "processor_api_epochs_caching",
             EPOCHS_JVM_DEFAULTS: "processor_api_epochs_jvm_defaults",
             EPOCHS_ONE_CORE: "processor_api_epochs_local1",
         }[name]
-        if name == EPOCHS_BEFORE:
+        if name in (EPOCHS_BEFORE, EPOCHS_BEFORE_ONE_CORE):
             cmd, env, cwd = (
                 before_cmd(bootstrap, topic, state_dir, app_id, extra),
                 before_env(),
@@ -452,6 +478,7 @@ def contenders(
         )
     if not BASELINE_DIR:
         all_contenders.pop(EPOCHS_BEFORE)
+        all_contenders.pop(EPOCHS_BEFORE_ONE_CORE)
     if not (QUIX_VENV / "bin" / "python").exists():
         log("  quixstreams venv missing (bench/.venvs/quix): Quix Streams not run")
         all_contenders.pop("quixstreams")
@@ -514,7 +541,8 @@ def command_text(name: str, topic: str, records: int, ends: dict[int, int]) -> s
     if name not in PROCESSOR_API_VARIANTS:
         return "?"
     extra, extra_env = PROCESSOR_API_VARIANTS[name]
-    if name == EPOCHS_BEFORE:
+    extra = (*RUN_EXTRA, *extra)
+    if name in (EPOCHS_BEFORE, EPOCHS_BEFORE_ONE_CORE):
         return "PYTHONPATH=BASELINE_DIR (cwd BASELINE_DIR) " + " ".join(
             before_cmd("BOOTSTRAP", topic, "STATE_DIR", "APP", extra)
         )

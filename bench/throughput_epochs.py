@@ -1,10 +1,13 @@
 """End-to-end throughput of a run in epochs against the hand loop and Quix Streams.
 
-``python -m bench.throughput_epochs [RECORDS ...] [--reps N] [--partitions P]``: count per key
-over 3 partitions (``bench/throughput.py``; ``--partitions``: P), every contender
-``--available-now`` from a cold start, alternating, with the peak PSS of each contender's
-process tree; writes ``bench/results/throughput-epochs-<size>[-<P>p]-<date>.json`` (machine,
-load, commands, runs, medians). Results recorded before the micro-batch runtime was removed
+``python -m bench.throughput_epochs [RECORDS ...] [--reps N] [--partitions P] [--only NAMES]
+[--tag TAG] [--debug-log]``: count per key over 3 partitions (``bench/throughput.py``; ``--partitions``: P),
+every contender ``--available-now`` from a cold start, alternating, with the peak PSS of each
+contender's process tree; writes ``bench/results/throughput-epochs-<size>[-<P>p][-<TAG>]-<date>.json``
+(machine, load, commands, runs, medians). With ``BENCH_BASELINE_DIR`` (a checkout of an earlier
+commit) and ``BENCH_BASELINE_REV``, the contenders ``processor_api epochs before (REV)`` and
+``processor_api epochs local[1] before (REV)`` run that checkout's command side by side
+(name them in ``--only``). Results recorded before the micro-batch runtime was removed
 also have its contender, ``processor_api``.
 """
 
@@ -29,9 +32,17 @@ def main() -> None:
     parser.add_argument(
         "--partitions", type=int, default=None, help="input partitions (default: 3)"
     )
+    parser.add_argument("--tag", default=None, help="added to the result file's name")
+    parser.add_argument(
+        "--debug-log",
+        action="store_true",
+        help="run-topology contenders log at debug: the hosts' start-up timeline in the results",
+    )
     args = parser.parse_args()
     if args.partitions:
         throughput.PARTITIONS = args.partitions  # every command and the topic read it
+    if args.debug_log:
+        throughput.RUN_EXTRA = ("--log-level", "debug")
     include = set(args.only.split(",")) if args.only else CONTENDERS
     problems = ensure_environments()
     broker = Broker.start()
@@ -44,6 +55,8 @@ def main() -> None:
             tag = f"{records // 1000}k" if records < 1_000_000 else f"{records // 1_000_000}M"
             if args.partitions:
                 tag += f"-{args.partitions}p"
+            if args.tag:
+                tag += f"-{args.tag}"
             write_result(f"throughput-epochs-{tag}", result, indent=1, sort_keys=True)
             for name, summary in result.get("summary", {}).items():
                 log(f"{tag} {name}: {json.dumps(summary, default=str)[:300]}")

@@ -70,11 +70,11 @@ class Record:
 
     def with_key(self, key: Any) -> Record:
         """A copy of this record with another key."""
-        return Record(key, self.value, self.timestamp, self.headers)
+        return checked_record(key, self.value, self.timestamp, self.headers)
 
     def with_value(self, value: Any) -> Record:
         """A copy of this record with another value."""
-        return Record(self.key, value, self.timestamp, self.headers)
+        return checked_record(self.key, value, self.timestamp, self.headers)
 
     def with_timestamp(self, timestamp: int) -> Record:
         """A copy of this record with another timestamp (epoch ms, >= 0)."""
@@ -83,6 +83,27 @@ class Record:
     def with_headers(self, headers: Any) -> Record:
         """A copy of this record with other headers (an iterable of ``(str, bytes)``)."""
         return Record(self.key, self.value, self.timestamp, _check_headers(headers))
+
+
+# the slots' own setters: a frozen dataclass refuses ``setattr``
+_new = object.__new__
+_set_key = Record.__dict__["key"].__set__
+_set_value = Record.__dict__["value"].__set__
+_set_timestamp = Record.__dict__["timestamp"].__set__
+_set_headers = Record.__dict__["headers"].__set__
+
+
+def checked_record(key: Any, value: Any, timestamp: int, headers: Headers) -> Record:
+    """A :class:`Record` of fields already known to be valid: a timestamp that is an
+    ``int >= 0`` and headers that are a tuple of ``(str, bytes or None)`` pairs (a Kafka
+    record's, or another record's). Skips the dataclass ``__init__`` and its checks, which
+    cost a few microseconds per record on the engine's per-record path."""
+    record = _new(Record)
+    _set_key(record, key)
+    _set_value(record, value)
+    _set_timestamp(record, timestamp)
+    _set_headers(record, headers)
+    return record
 
 
 @dataclass(frozen=True, slots=True)

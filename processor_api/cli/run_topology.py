@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("process", "open", "off"),
         default="process",
         help="local masters: the driver starts the worker hosts while Spark starts; 'process' "
-        "(a new checkpoint: they process until the first epoch), 'open' (they open and "
+        "(a new checkpoint: they process until the first epoch, with --available-now up to "
+        "the run's end offsets), 'open' (they open and "
         "restore their tasks only), 'off' (the first epoch call starts them)",
     )
     parser.add_argument(

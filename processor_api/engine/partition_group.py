@@ -18,7 +18,7 @@ from processor_api.engine.idling import InputIdling
 from processor_api.engine.nodes import ProcessorNode
 from processor_api.engine.records import InputRecord
 from processor_api.errors import ProcessingError, StreamsError
-from processor_api.processor import Record
+from processor_api.processor import Record, checked_record
 from processor_api.topology.nodes import SourceNode as SourceDefinition
 
 OnDeserializationError = Callable[[InputRecord, str, Exception], None]
@@ -147,6 +147,8 @@ class RecordQueue:
                 timestamp=timestamp,
             )
             return None
+        if timestamp.__class__ is int and headers.__class__ is tuple:  # as Kafka gives them
+            return checked_record(key, value, timestamp, headers)
         return Record(key, value, timestamp, headers)
 
     def take_all(self) -> Iterable[InputRecord]:

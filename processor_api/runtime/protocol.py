@@ -109,13 +109,15 @@ class EarlyStartRequest:
     hand over no state) also build them as the first epoch would for tasks Spark has never
     run (recover, restore, init, the input's consumer); with ``process`` run them in an
     epoch of the host's own (``EARLY_EPOCH``, committing as any epoch) until the first
-    epoch's call takes them over. Answered with an :class:`OkReply` at once."""
+    epoch's call takes them over, or until ``end`` (an available-now run's end offsets, the
+    same its epochs get). Answered with an :class:`OkReply` at once."""
 
     spec: JobSpec
     worker: str
     tasks: tuple[str, ...]
     build: bool
     process: bool
+    end: EpochEnd = field(default_factory=EpochEnd)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
   task at its next turn, dropping what it had not committed;
 * started by the driver of a local run before its query (``spark/early_start.py``), serves an
   ``EarlyStartRequest``: opens the worker's tasks as a first epoch would and, when told to,
-  runs them in an epoch of its own until the first epoch's request comes; that request gets
-  signs of life from the acceptor meanwhile;
+  runs them in an epoch of its own until the first epoch's request comes or, in an
+  available-now run, until they reach the run's end offsets; that request gets signs of life
+  from the acceptor meanwhile;
 * takes each task directory's lock when it opens the task and holds it until it closes the
   task, asking a previous owner on this machine to release it first; closes the tasks an
   epoch does not name (assigned elsewhere now);
@@ -75,7 +76,6 @@ from processor_api.runtime.protocol import (
     EarlyStartRequest,
     EndEpochRequest,
     EpochAlive,
-    EpochEnd,
     EpochReply,
     ErrorReply,
     OkReply,
@@ -155,8 +155,9 @@ class WorkerHost:
         """Open the worker's tasks before the run's first epoch, build them with
         ``request.build`` and, with ``request.process`` too, run them in an epoch of this
         host's own (``EARLY_EPOCH``, no time limit) until ``stop()`` (a request came: the
-        first epoch's, as a rule). A task that fails is left to the first epoch, which starts
-        it again and reports its error."""
+        first epoch's, as a rule) or ``request.end`` (an available-now run's end offsets). A
+        task that fails is left to the first epoch, which starts it again and reports its
+        error."""
         spec = request.spec
         if self._spec is not None and self._spec.run_id == spec.run_id:
             return  # an epoch of the run came first: its tasks are running already
@@ -189,7 +190,7 @@ class WorkerHost:
                     worker=request.worker,
                     tasks=tuple(TaskEpoch(t, None) for t in request.tasks if t in self.runners),
                     epoch=EARLY_EPOCH,
-                    end=EpochEnd(),
+                    end=request.end,
                 )
                 ended = lambda: stop() or self.ended_run == spec.run_id  # noqa: E731
                 try:

@@ -11,11 +11,15 @@ locks and then, what a new checkpoint allows:
 * **build** (a new checkpoint): the tasks are built as the first epoch builds a task Spark
   has never run (recover from the commit markers, restore, ``init``, the input's consumer,
   under exactly-once the transactional producer that fences older ones);
-* **process** (a new checkpoint, a continuous run): the host runs them in an epoch of its
-  own until the first epoch's request comes, committing as in any epoch. A commit there is
-  what the first epoch would find anyway: it hands over no state, and a task built from none
-  adopts its newest commit marker, which is this host's (it holds the task's lock; under
-  exactly-once its producer fences any other).
+* **process** (a new checkpoint): the host runs them in an epoch of its own until the first
+  epoch's request comes, committing as in any epoch. A commit there is what the first epoch
+  would find anyway: it hands over no state, and a task built from none adopts its newest
+  commit marker, which is this host's (it holds the task's lock; under exactly-once its
+  producer fences any other). An ``--available-now`` run's own epoch ends at the run's end
+  offsets: the driver reads them before it starts the hosts, and the same offsets bound the
+  query's epoch (its rows come from Spark's ``rate-micro-batch`` source, not from Kafka, so
+  Spark has no end offsets of its own to disagree with); the first epoch then finds its
+  tasks at their ends, or takes over the rest.
 
 The first epoch's call then goes on with the running tasks (``EpochTaskRunner._resume``: no
 state from Spark and a task started early). A checkpoint with history gets its hosts and
@@ -39,7 +43,7 @@ from processor_api.runtime.host_client import (
     worker_key,
 )
 from processor_api.runtime.job import JobSpec
-from processor_api.runtime.protocol import EarlyStartRequest, OkReply
+from processor_api.runtime.protocol import EarlyStartRequest, EpochEnd, OkReply
 
 #: How long the driver waits for a host it started to listen before it leaves the worker to
 #: its first epoch call (which then starts a host of its own).
@@ -65,13 +69,18 @@ def host_environment(spark_conf: dict[str, str]) -> dict[str, str]:
 
 
 def start_hosts_early(
-    spec: JobSpec, build: bool, process: bool, env: dict[str, str] | None = None
+    spec: JobSpec,
+    build: bool,
+    process: bool,
+    env: dict[str, str] | None = None,
+    end: EpochEnd | None = None,
 ) -> threading.Thread:
     """Start a host for every worker of ``spec.assignment`` that has tasks, listening where
     the epoch calls look for them (``spec.early_start_pid`` must be this process), and hand
     each its tasks (:class:`EarlyStartRequest`) from a thread of its own, which is returned;
     ``build``: the tasks are built as for no state from Spark (a new checkpoint only);
-    ``process``: they also process until their first epoch."""
+    ``process``: they also process until their first epoch, or until ``end`` (an
+    available-now run's end offsets, the ones its epoch gets)."""
     assert spec.early_start_pid == os.getpid(), "the spec must name this driver"
     application_id = spec.config["application_id"]
     started: list[tuple[str, str, tuple[str, ...]]] = []
@@ -89,14 +98,21 @@ def start_hosts_early(
         process=process,
     )
     thread = threading.Thread(
-        target=_hand_over, args=(spec, started, build, process), name="early-start", daemon=True
+        target=_hand_over,
+        args=(spec, started, build, process, end or EpochEnd()),
+        name="early-start",
+        daemon=True,
     )
     thread.start()
     return thread
 
 
 def _hand_over(
-    spec: JobSpec, started: list[tuple[str, str, tuple[str, ...]]], build: bool, process: bool
+    spec: JobSpec,
+    started: list[tuple[str, str, tuple[str, ...]]],
+    build: bool,
+    process: bool,
+    end: EpochEnd,
 ) -> None:
     deadline = time.monotonic() + LISTEN_TIMEOUT_S
     waiting = list(started)
@@ -105,7 +121,7 @@ def _hand_over(
             worker, name, tasks = item
             try:
                 reply: Any = request(
-                    name, EarlyStartRequest(spec, worker, tasks, build, process), 10.0
+                    name, EarlyStartRequest(spec, worker, tasks, build, process, end), 10.0
                 )
             except (OSError, ConnectionError) as exc:
                 _log.warning("early_start_not_handed_over", worker=worker, error=str(exc))

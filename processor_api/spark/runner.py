@@ -277,7 +277,7 @@ class TopologyRunner:
                 layout = self._layout(
                     files, workers, available_now, end_offsets_cap, bounded_epochs=False
                 )
-                self._start_hosts_early(layout.spec, files, available_now)
+                self._start_hosts_early(layout, files, available_now)
             self._spark = build_spark_session(
                 self.settings, f"run-topology:{self.config.application_id}", sizing
             )
@@ -413,15 +413,19 @@ class TopologyRunner:
         asked to, and one state directory (an executor's own would be unknown here)."""
         return self.settings.early_start != "off" and not self.settings.state_dir_per_executor
 
-    def _start_hosts_early(self, spec: JobSpec, files: Any, available_now: bool) -> None:
+    def _start_hosts_early(self, layout: _Layout, files: Any, available_now: bool) -> None:
         """Start the worker hosts with their tasks before the session and the query. Only
-        for a new checkpoint (Spark then hands over no state) are the tasks built, and, in a
-        continuous run when asked to, processed before the first epoch."""
+        for a new checkpoint (Spark then hands over no state) are the tasks built, and, when
+        asked to, processed before the first epoch: an available-now run's up to the end
+        offsets its epoch gets (fixed before the hosts start, so the same "now")."""
         from processor_api.spark.early_start import host_environment, start_hosts_early
 
         build = not files.batches("commits")
-        process = build and self.settings.early_start == "process" and not available_now
-        start_hosts_early(spec, build, process, host_environment(self.settings.spark_conf))
+        process = build and self.settings.early_start == "process"
+        end = EpochEnd(end_offsets=layout.end.end_offsets) if available_now else EpochEnd()
+        start_hosts_early(
+            layout.spec, build, process, host_environment(self.settings.spark_conf), end
+        )
         if process:
             threading.Thread(
                 target=self._end_early_epochs_on_stop, name="early-stop", daemon=True

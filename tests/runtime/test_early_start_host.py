@@ -6,6 +6,8 @@ after their daemon's (``socket_name(key, early_start_pid)``).
 * built and processing before the first epoch, the task commits its output before any epoch;
   the first epoch (no state from Spark) takes it over as it runs: not rebuilt, one ``init``,
   and it reports what the task processed before it; the output is exact;
+* an available-now run's host processes up to the run's end offsets before the first epoch,
+  and nothing past them; the first epoch (the same ends) reports that, and nothing more;
 * the run stops before its first epoch: the epoch that ends at once reports what the task
   committed before it (the metadata Spark keeps), not the state it was handed;
 * an epoch whose state is not what the task was started from rebuilds it.
@@ -79,8 +81,10 @@ class EarlyHost:
         produce(self.bootstrap, self.input, [(k.encode(), b"x") for k in keys])
         self.keys += keys
 
-    def start_early(self, *, process: bool) -> None:
-        message = EarlyStartRequest(self.spec, "w0", (TASK,), build=True, process=process)
+    def start_early(self, *, process: bool, end: EpochEnd | None = None) -> None:
+        message = EarlyStartRequest(
+            self.spec, "w0", (TASK,), build=True, process=process, end=end or EpochEnd()
+        )
         for _ in range(500):  # until it listens
             reply = request(self.name, message, timeout_s=WAIT_S)
             if reply is not None:
@@ -89,9 +93,14 @@ class EarlyHost:
             threading.Event().wait(0.01)
         raise AssertionError("the host never listened")
 
-    def epoch(self, state_json: str | None, epoch: int):
-        """One epoch up to the input's end, sent the way an epoch call sends it."""
-        end = EpochEnd(end_offsets={(self.input, 0): len(self.keys)})
+    def ends_now(self) -> EpochEnd:
+        """An available-now end: the input's end offset now."""
+        return EpochEnd(end_offsets={(self.input, 0): len(self.keys)})
+
+    def epoch(self, state_json: str | None, epoch: int, end: EpochEnd | None = None):
+        """One epoch up to ``end`` (by default the input's end), sent the way an epoch call
+        sends it."""
+        end = end or self.ends_now()
         message = WorkerEpochRequest(self.spec, "w0", (TaskEpoch(TASK, state_json),), epoch, end)
         reply = exchange(
             self.key, "console", message, timeout_s=WAIT_S, early_start_pid=os.getpid()
@@ -141,6 +150,22 @@ def test_the_first_epoch_takes_over_a_task_that_ran_before_it(early_host):
     assert reply.commits >= 2, reply
     assert TaskMetadata.from_json(reply.metadata_json).input_positions == {host.input: 65}
     assert Counter(host.committed_output()) == host.expected_output()
+
+
+def test_an_available_now_task_processes_up_to_the_run_ends_before_its_first_epoch(early_host):
+    host = early_host(40)
+    ends = host.ends_now()  # fixed by the driver when it starts the hosts
+    host.start_early(process=True, end=ends)
+    with TopicReader(
+        host.bootstrap, host.output, bytes.decode, bytes, isolation="read_committed"
+    ) as out:
+        out.wait_for(lambda records: len(records) >= 40, timeout_s=WAIT_S)  # before any epoch
+    expected = host.expected_output()
+    host.produce(25)  # after the run's "now": not this run's
+    reply = host.epoch(None, 1, ends)
+    assert (reply.processed, reply.rebuilt, reply.inits) == (40, False, 1), reply
+    assert TaskMetadata.from_json(reply.metadata_json).input_positions == {host.input: 40}
+    assert Counter(host.committed_output()) == expected
 
 
 def test_a_run_stopped_before_its_first_epoch_reports_what_its_task_committed(early_host):
