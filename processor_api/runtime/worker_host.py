@@ -504,7 +504,12 @@ class WorkerHost:
         runner.between_chunks = self.serve_queries
         if self._queries is None:
             self._queries = QueryLink(
-                spec.query_router, spec.query_secret, self.name, self._refusal, self._wake
+                spec.query_router,
+                spec.query_secret,
+                self.name,
+                self._refusal,
+                self._wake,
+                self._read_off_loop,
             )
             if self._input is not None:
                 self._input.woken = self._query_woken
@@ -518,6 +523,11 @@ class WorkerHost:
         if runner.metrics.phase in ("starting", "restoring"):
             return f"task {task_id} is restoring its stores"
         return None
+
+    def _read_off_loop(self, task_id: str, request: dict[str, Any]) -> Any:
+        """A point read answered on the link's thread, or None (``off_loop_reads.py``)."""
+        runner = self.runners.get(task_id)
+        return None if runner is None else runner.read_off_loop(request)
 
     def _wake(self) -> None:
         """A read was queued (link thread): end the loop's wait, or wake the idle host."""
