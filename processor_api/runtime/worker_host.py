@@ -91,6 +91,8 @@ from processor_api.state.rocksdb import RocksDBMemory, configure_memory
 from processor_api.state.snapshots import finish_uploads
 
 WATCH_INTERVAL_S = 0.5
+#: The interpreter's switch interval of a host whose query link is up (``_link_queries``).
+LINK_SWITCH_INTERVAL_S = 0.001
 
 
 class WorkerHost:
@@ -503,6 +505,10 @@ class WorkerHost:
             return
         runner.between_chunks = self.serve_queries
         if self._queries is None:
+            # the link's thread answers point reads while the loop runs: it waits for the
+            # interpreter's lock at most this long, not the default 5 ms, at each receive
+            # and send (only while it waits does the loop give the lock up sooner)
+            sys.setswitchinterval(LINK_SWITCH_INTERVAL_S)
             self._queries = QueryLink(
                 spec.query_router,
                 spec.query_secret,
