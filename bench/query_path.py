@@ -39,7 +39,14 @@ ASKERS = 4
 
 
 def host_process(
-    address: str, secret: str, mode: str, rate: int, switch_s: float, stop: Any
+    address: str,
+    secret: str,
+    mode: str,
+    rate: int,
+    switch_s: float,
+    stop: Any,
+    asked: Any,
+    out: Any,
 ) -> None:
     """A worker host's loop over one task's count store (see the module docs)."""
     from processor_api import Serdes, Stores
@@ -81,7 +88,10 @@ def host_process(
     started = time.monotonic()
     done = 0
     commit_at = started + 1.0
+    measure_from = measured = None  # records counted from the first lookup on
     while not stop.is_set():
+        if measure_from is None and asked.is_set():
+            measure_from, measured = time.monotonic(), done
         for key in rng.sample(KEYS, CHUNK):  # one chunk of records
             store.put(key, (store.get(key) or 0) + 1)
         done += CHUNK
@@ -92,12 +102,18 @@ def host_process(
             buffer.commit()
             commit_at = now + 1.0
             serve()
+        if not rate:
+            continue  # --rate 0: as fast as it can
         due = started + done / rate
         while time.monotonic() < due:  # waiting for input, in 2 ms slices
             woken.wait(min(0.002, max(0.0, due - time.monotonic())))
             if woken.is_set():
                 serve()
     link.close()
+    if measure_from is not None and measured is not None:
+        out.put(round((done - measured) / (time.monotonic() - measure_from)))
+    else:
+        out.put(None)
     stack.close()
 
 
@@ -151,10 +167,19 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         router = HostRouter("127.0.0.1")
     context = multiprocessing.get_context("spawn")
-    stop = context.Event()
+    stop, asked, rates = context.Event(), context.Event(), context.Queue()
     host = context.Process(
         target=host_process,
-        args=(router.address, router.secret, mode, args.rate, args.switch_interval_ms / 1000, stop),
+        args=(
+            router.address,
+            router.secret,
+            mode,
+            args.rate,
+            args.switch_interval_ms / 1000,
+            stop,
+            asked,
+            rates,
+        ),
     )
     host.start()
     try:
@@ -163,7 +188,10 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1.0)  # the host's loop under way
         load_start = os.getloadavg()[0]
         latencies: list[float] = []
-        if queries is not None:
+        asked.set()
+        if mode == "none":
+            time.sleep(args.seconds)
+        elif queries is not None:
             latencies = _ask_over_http(f"http://127.0.0.1:{queries.server.port}", args)
         else:
             until = time.monotonic() + args.seconds
@@ -179,15 +207,17 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 asker.join()
     finally:
         stop.set()
+        records_per_s = rates.get(timeout=30)
         host.join(30)
         if queries is not None:
             queries.close()
         else:
             router.close()
-    ordered = sorted(latencies)
+    ordered = sorted(latencies) or [0.0]
     return {
         "mode": mode,
-        "answered": len(ordered),
+        "host_records_per_s": records_per_s,
+        "answered": len(latencies),
         "median_ms": round(statistics.median(ordered), 2),
         "p99_ms": round(ordered[int(0.99 * len(ordered))], 2),
         "max_ms": round(ordered[-1], 2),
@@ -204,10 +234,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--switch-interval-ms", type=float, default=5.0)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--http", action="store_true", help="ask through the HTTP server")
+    parser.add_argument("--modes", default="loop,direct", help="none: no lookups")
     args = parser.parse_args(argv)
     runs = []
     for rep in range(args.reps):
-        for mode in ("loop", "direct") if rep % 2 == 0 else ("direct", "loop"):
+        modes = args.modes.split(",")
+        for mode in modes if rep % 2 == 0 else modes[::-1]:
             run = run_mode(mode, args)
             log(f"rep {rep}: {run}")
             runs.append(run)
