@@ -5,9 +5,11 @@ A run with ``--query-port`` names in its job spec the address of the driver's ro
 it (executors always reach the driver, the driver need not reach them), says who it is and
 which tasks it holds, and then gets reads over that connection:
 
-* the link's thread reads them from the socket and, for a task the host holds and that is
-  not restoring, queues them and wakes the host's loop (``wake``); anything else is
-  answered here at once with 503, so a restore never holds up an answer;
+* the link's thread reads them from the socket; a point read of a key-value store it
+  answers itself (``off_loop_reads.py``: no wait for the loop); any other read, of a task
+  the host holds and that is not restoring, it queues and wakes the host's loop (``wake``);
+  a read of a task not held or restoring is answered here at once with 503, so a restore
+  never holds up an answer;
 * the loop thread, between task turns and between processing chunks (the stores and their
   caches are not thread-safe), takes queued reads for a few milliseconds
   (:meth:`QueryLink.serve`) and answers each with at most one page: ``limit`` entries or
@@ -165,7 +167,8 @@ class QueryLink:
 
     ``address`` is ``host:port``; ``holder(task_id)`` says whether the host holds the task
     and whether it can be read now (``None``: it can; else why not); ``wake`` is called from
-    the link's thread when a read was queued.
+    the link's thread when a read was queued; ``direct(task_id, request)``, if given, answers
+    a read on the link's thread ((status, body)) or says None: queue it for the loop.
     """
 
     def __init__(
@@ -175,6 +178,7 @@ class QueryLink:
         host_name: str,
         holder: Callable[[str], str | None],
         wake: Callable[[], None],
+        direct: Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]] | None] | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         self._address = (host, int(port))
@@ -182,6 +186,7 @@ class QueryLink:
         self._host_name = host_name
         self._holder = holder
         self._wake = wake
+        self._direct = direct
         self._tasks: tuple[str, ...] = ()
         self._router = f"{self._address[0]}:{self._address[1]}"
         self._sock: socket.socket | None = None
@@ -252,6 +257,10 @@ class QueryLink:
             refusal = self._holder(task)
             if refusal is not None:
                 self.reply(message, 503, {"error": refusal, "code": "unavailable"})
+                continue
+            answer = None if self._direct is None else self._direct(task, message)
+            if answer is not None:
+                self.reply(message, *answer)
                 continue
             self.inbox.put(message)
             self._wake()

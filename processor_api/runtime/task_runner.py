@@ -41,6 +41,7 @@ from processor_api.runtime.guarantee import Guarantee, TaskCommitSettings, make_
 from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_sizes
+from processor_api.runtime.off_loop_reads import answer_point_read
 from processor_api.runtime.patience import Patience
 from processor_api.runtime.query_link import TaskStoreReader
 from processor_api.state.locks import TaskLock
@@ -212,6 +213,20 @@ class TaskRunner:
         return TaskStoreReader(
             self.task_id, stores.stacks, stores.committed_view, self._committed_changelog_offset
         )
+
+    def read_off_loop(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """A point read answered on the calling thread (the query link's), without the loop;
+        None: the loop answers it (``off_loop_reads.py``). The stores read must still be the
+        task's, running, once the read is done: else it is left to the loop."""
+        stores = self._stores
+        if stores is None or self._task is None or self.metrics.phase != "running":
+            return None
+        answer = answer_point_read(
+            self.task_id, stores.stacks, stores.buffers, self._committed_changelog_offset, request
+        )
+        if self._stores is not stores or self.metrics.phase != "running":
+            return None  # dropped or rebuilt meanwhile
+        return answer
 
     def _committed_changelog_offset(self, store: str) -> int | None:
         """Where ``store``'s changelog stood at the task's last commit (None before one)."""

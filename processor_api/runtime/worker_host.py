@@ -91,6 +91,8 @@ from processor_api.state.rocksdb import RocksDBMemory, configure_memory
 from processor_api.state.snapshots import finish_uploads
 
 WATCH_INTERVAL_S = 0.5
+#: The interpreter's switch interval of a host whose query link is up (``_link_queries``).
+LINK_SWITCH_INTERVAL_S = 0.001
 
 
 class WorkerHost:
@@ -504,8 +506,17 @@ class WorkerHost:
             return
         runner.between_chunks = self.serve_queries
         if self._queries is None:
+            # the link's thread answers point reads while the loop runs: it waits for the
+            # interpreter's lock at most this long, not the default 5 ms, at each receive
+            # and send (only while it waits does the loop give the lock up sooner)
+            sys.setswitchinterval(LINK_SWITCH_INTERVAL_S)
             self._queries = QueryLink(
-                spec.query_router, spec.query_secret, self.name, self._refusal, self._wake
+                spec.query_router,
+                spec.query_secret,
+                self.name,
+                self._refusal,
+                self._wake,
+                self._read_off_loop,
             )
             if self._input is not None:
                 self._input.woken = self._query_woken
@@ -519,6 +530,11 @@ class WorkerHost:
         if runner.metrics.phase in ("starting", "restoring"):
             return f"task {task_id} is restoring its stores"
         return None
+
+    def _read_off_loop(self, task_id: str, request: dict[str, Any]) -> Any:
+        """A point read answered on the link's thread, or None (``off_loop_reads.py``)."""
+        runner = self.runners.get(task_id)
+        return None if runner is None else runner.read_off_loop(request)
 
     def _wake(self) -> None:
         """A read was queued (link thread): end the loop's wait, or wake the idle host."""

@@ -12,6 +12,7 @@ from processor_api.state.base import BytesStore
 _log = get_logger(__name__)
 
 DEFAULT_MAX_ENTRIES = 10_000
+_ABSENT = object()  # get(): not in the dirty map (None is a cached delete)
 
 
 class CachingBytesStore(BytesStore):
@@ -53,11 +54,15 @@ class CachingBytesStore(BytesStore):
         return len(self._dirty)
 
     def get(self, key: bytes) -> bytes | None:
-        """Return the cached value (``None`` for a cached delete), else the inner store's."""
+        """Return the cached value (``None`` for a cached delete), else the inner store's.
+
+        Safe from another thread while the owner writes (interactive queries read so): one
+        dict lookup, and a write-back fills ``inner`` before it drops the dirty entries, so a
+        key is always found in one layer or the other, with its old or its new value."""
         self._check_open()
-        dirty = self._dirty
-        if key in dirty:
-            return dirty[key]
+        value = self._dirty.get(key, _ABSENT)
+        if value is not _ABSENT:
+            return value  # type: ignore[return-value]
         return self.inner.get(key)
 
     def _write(self, key: bytes, value: bytes | None) -> None:
@@ -166,10 +171,10 @@ class CachingBytesStore(BytesStore):
             return 0
         dirty = self._dirty
         entries = [(key, dirty[key]) for key in self._sorted_keys()]
+        self.inner.put_all(entries)  # before the entries leave this layer: see get()
         self._dirty = {}
         self._sorted = []
         self._new = []
-        self.inner.put_all(entries)
         return len(entries)
 
     def _evict(self) -> None:
