@@ -51,18 +51,6 @@ _FATAL_CODES = (
 #: Records taken from the consumer per fetch (Kafka Streams' ``max.poll.records`` is 1,000;
 #: Python pays per call, so more per call, still handed out as soon as they are there).
 POLL_RECORDS = 5_000
-#: How much of each input partition the consumer fetches ahead of the tasks. librdkafka fetches
-#: a partition again while its local queue holds fewer than ``queued.min.messages`` and less
-#: than ``queued.max.messages.kbytes`` (it decides per partition); its defaults, 100,000
-#: messages and 64 MiB, let a worker hold most of a small topic's backlog in memory, each
-#: message with librdkafka's bookkeeping (a 3-task run of 600,000 records peaked some 37 MiB
-#: higher over its two workers). 10,000 messages is two of the worker's fetches
-#: (``POLL_RECORDS``) per partition. ``--kafka-config consumer.queued.min.messages=...`` (and
-#: ``consumer.queued.max.messages.kbytes``) override these.
-INPUT_PREFETCH: dict[str, int] = {
-    "queued.min.messages": 10_000,
-    "queued.max.messages.kbytes": 8_192,
-}
 #: With interactive queries on, a wait for records looks whether a query came this often (s).
 WAKE_SLICE_S = 0.002
 #: Input silent this long (no record, no end of partition) makes the worker ask the broker
@@ -70,33 +58,6 @@ WAKE_SLICE_S = 0.002
 PROBE_AFTER_S = 5.0
 #: How long that question waits for an answer.
 PROBE_TIMEOUT_S = 2.0
-
-
-def input_consumer_config(
-    bootstrap_servers: str,
-    client_name: str,
-    isolation_level: str,
-    kafka: KafkaClientConfig | None = None,
-) -> dict[str, Any]:
-    """The librdkafka config of a worker's input consumer: large fetches, a bounded prefetch
-    per partition (:data:`INPUT_PREFETCH`) and the user's consumer settings over both; never
-    in a group, never committing."""
-    return client_config(
-        bootstrap_servers,
-        client_name,
-        role="consumer",
-        kafka=kafka,
-        defaults={"fetch.wait.max.ms": 50, **LARGE_FETCH, **INPUT_PREFETCH},
-        **{
-            "group.id": f"processor-api-{client_name}-{uuid.uuid4().hex}",  # never joined
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "isolation.level": isolation_level,
-            "allow.auto.create.topics": False,
-        },
-    )
 
 
 class WorkerInput:
@@ -114,7 +75,22 @@ class WorkerInput:
         self.poll_records = poll_records
         self.isolation_level = isolation_level
         self._consumer: Consumer | None = Consumer(
-            input_consumer_config(bootstrap_servers, client_name, isolation_level, kafka)
+            client_config(
+                bootstrap_servers,
+                client_name,
+                role="consumer",
+                kafka=kafka,
+                defaults={"fetch.wait.max.ms": 50, **LARGE_FETCH},
+                **{
+                    "group.id": f"processor-api-{client_name}-{uuid.uuid4().hex}",  # never joined
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "error",
+                    "isolation.level": isolation_level,
+                    "allow.auto.create.topics": False,
+                },
+            )
         )
         self._owners: dict[tuple[str | None, int | None], ContinuousInput] = {}
         self._answered_at = time.monotonic()  # the broker last answered (a fetch, a probe)
