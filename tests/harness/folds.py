@@ -33,8 +33,18 @@ def make_sales(
     return [Sale(rnd.choice(names), rnd.randint(1, 199), start_ts + i) for i in range(count)]
 
 
-def produce_sales(bootstrap: str, topic: str, sales: list[Sale]) -> int:
-    """The seed's wire format: key = product, value = JSON ``{"product", "value"}`` string."""
+def product_partition(product: str, partitions: int) -> int:
+    """The partition :func:`produce_sales` places ``product-NNNN`` in when given the topic's
+    ``partitions``: NNNN modulo the count, so every partition gets products."""
+    return int(product.rsplit("-", 1)[1]) % partitions
+
+
+def produce_sales(
+    bootstrap: str, topic: str, sales: list[Sale], partitions: int | None = None
+) -> int:
+    """The seed's wire format: key = product, value = JSON ``{"product", "value"}`` string.
+    Placed by the producer's partitioner, or with ``partitions`` by
+    :func:`product_partition`."""
     return produce(
         bootstrap,
         topic,
@@ -42,7 +52,7 @@ def produce_sales(bootstrap: str, topic: str, sales: list[Sale]) -> int:
             (
                 s.product.encode(),
                 json.dumps({"product": s.product, "value": s.value}).encode(),
-                None,
+                None if partitions is None else product_partition(s.product, partitions),
                 s.timestamp,
             )
             for s in sales
