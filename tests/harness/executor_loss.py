@@ -4,9 +4,10 @@ Each executor has its own state directory (``--state-dir-per-executor``), so a t
 finds no local state, as on another machine; stores are snapshotted after every commit
 (``state.snapshot.interval.ms=0``, commits every 200 ms), under ``exactly_once_v2``. A first
 wave of sales is processed, one executor JVM is killed, a second wave is produced at once, and
-the run is stopped when every notification is committed. Sales are placed by product
-(:func:`~tests.harness.folds.product_partition`), so each committed notification names the
-task that wrote it. :class:`LossLayout` sets the partitions (= tasks), the cores per executor,
+the run is stopped when every notification is committed. Sales are placed by Java's default
+partitioner (:func:`~tests.harness.folds.product_partition`), as the runtime places the
+notifications, so each task writes its own output partition and each committed notification
+names the task that wrote it. :class:`LossLayout` sets the partitions (= tasks), the cores per executor,
 ``num.stream.threads``, an optional steady input alongside the waves, and how long to watch
 Spark's executors (REST API) after the kill: when the loss was seen, when the lost tasks wrote
 again, when the replacement registered and how many workers each executor ran over time.
@@ -354,6 +355,14 @@ def run_executor_loss(
         ],
     )
     args[args.index("local[2]")] = layout.master
+    placed = {
+        product_partition(f"product-{i:04d}", layout.partitions) for i in range(layout.products)
+    }
+    if len(placed) < layout.partitions:
+        raise ValueError(
+            f"LossLayout: {layout.products} products leave partitions of "
+            f"{layout.partitions} without input ({len(placed)} get some): give more products"
+        )
     first = make_sales(600, layout.products, seed=41)
     second = make_sales(600, layout.products, seed=42, start_ts=1_800_000_000_000)
     tasks = {f"0_{p}" for p in range(layout.partitions)}

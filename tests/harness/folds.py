@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from processor_api.kafka.partitioner import default_partition
 from tests.harness.topics import TopicRecord, produce
 
 SALES = "topologies.sales_aggregation:build_topology"
@@ -34,9 +35,11 @@ def make_sales(
 
 
 def product_partition(product: str, partitions: int) -> int:
-    """The partition :func:`produce_sales` places ``product-NNNN`` in when given the topic's
-    ``partitions``: NNNN modulo the count, so every partition gets products."""
-    return int(product.rsplit("-", 1)[1]) % partitions
+    """The partition :func:`produce_sales` places ``product`` in when given the topic's
+    ``partitions``: Java's default partitioner (murmur2 of the key), which the runtime's
+    producers use too, so each task's notifications go to its own output partition and no
+    two tasks' transactions are open on one partition."""
+    return default_partition(product.encode(), partitions)
 
 
 def produce_sales(
