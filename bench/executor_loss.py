@@ -94,7 +94,9 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=1, help="cores of each of the 2 executors")
     parser.add_argument("--threads", type=int, default=None, help="num.stream.threads")
     parser.add_argument("--products", type=int, default=12)
-    parser.add_argument("--rate", type=int, default=0, help="sales/s produced from the kill on")
+    parser.add_argument(
+        "--rate", type=int, default=0, help="sales/s produced after the second wave"
+    )
     parser.add_argument("--observe-s", type=float, default=0.0, help="watch Spark's executors")
     parser.add_argument("--variant", default="", help="result file name: executor-loss-<variant>")
     args = parser.parse_args()

@@ -120,7 +120,7 @@ def _loss_layout(targets: Targets) -> list[str]:
     out = [
         f"Executor killed with {layout['partitions']} tasks on `{loss['master']}`, "
         f"`num.stream.threads={layout['threads']}` (`{loss['command']}`; "
-        f"{layout['rate_per_s']} sales/s produced from the kill on; load average "
+        f"{layout['rate_per_s']} sales/s produced right after the kill and its wave; load average "
         f"{loss['loadavg_at_start'][0]:.1f} at the start, {loss['loadavg_at_end'][0]:.1f} at "
         "the end). Seconds after the loss was seen (Spark's REST API no longer lists the "
         "executor as active):",

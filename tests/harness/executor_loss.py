@@ -60,7 +60,7 @@ class LossLayout:
     """The shape of one run: two executors of ``cores`` cores, ``partitions`` input
     partitions (one task each), ``threads`` workers per executor (None: Spark's default, one
     per core), ``products`` products (at least one per partition), ``rate_per_s`` sales a
-    second produced from the kill on (0: only the two waves) and ``observe_s`` seconds after
+    second produced after the second wave (0: only the two waves) and ``observe_s`` seconds after
     the kill for which Spark's executors are watched (0: not watched; the UI stays off)."""
 
     partitions: int = PARTITIONS
@@ -388,8 +388,6 @@ def run_executor_loss(
         )
         victim = executors[0]
         before = {(r.partition, r.offset) for r in _committed(bootstrap, output_topic)[0]}
-        if steady is not None:
-            steady.start()
         os.kill(victim, signal.SIGKILL)
         killed_at_wall, killed_at = time.time(), time.monotonic()
         if port is not None:
@@ -397,6 +395,9 @@ def run_executor_loss(
             watcher = ExecutorWatcher(port, watch)
             watcher.start()
         produce_sales(bootstrap, input_topic, second, layout.partitions)
+        if steady is not None:
+            # after the second wave, so that each product's sales are in list order
+            steady.start()
         first_new: dict[str, float] = {}
 
         def every_task_has_new_output() -> bool:
