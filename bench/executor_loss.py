@@ -69,6 +69,7 @@ def _watched(loss: Any) -> dict[str, Any]:
         if watch.loss_logged_at is None
         else round(watch.loss_logged_at - killed, 2),
         "moved_tasks": sorted(moved),
+        "moved_to": watch.moved_to,
         "moved_tasks_first_output_after_loss_seen_s": {
             task: watch.after_loss_seen(at) for task, at in moved.items()
         },

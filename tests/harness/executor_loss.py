@@ -87,7 +87,9 @@ class Watch:
     loss_seen_at: float | None = None
     #: the driver's ``Lost executor`` log line (whole seconds)
     loss_logged_at: float | None = None
-    #: per task that ran on the killed executor, when its first new notification was seen
+    #: per task that restored after the kill (it moved), the executor it restored on first
+    moved_to: dict[str, str] = field(default_factory=dict)
+    #: per moved task, when its first notification of the input after the kill was seen
     moved_first_output_at: dict[str, float | None] = field(default_factory=dict)
     replacement: str | None = None
     replacement_registered_at: float | None = None
@@ -432,12 +434,19 @@ def run_executor_loss(
             watch = watcher.watch
             names = {"restore_start", "restore_done", "task_taken_over", "epoch_abandoned"}
             watch.events = {name: log_events(text, names) for name, text in stderr.items()}
-            moved = {
-                f"0_{e['partition']}"
-                for e in watch.events.get(watch.killed_executor, [])
-                if e["event"] == "restore_start" and e["at"] < watch.killed_at
+            # a task restores when it starts on an executor without its state (a first start
+            # restores nothing): after the kill, those are the tasks that moved
+            restores = sorted(
+                (e["at"], f"0_{e['partition']}", executor)
+                for executor, events in watch.events.items()
+                for e in events
+                if e["event"] == "restore_start" and e["at"] > watch.killed_at
+            )
+            for _, task, executor in restores:
+                watch.moved_to.setdefault(task, executor)
+            watch.moved_first_output_at = {
+                task: first_new.get(task) for task in sorted(watch.moved_to)
             }
-            watch.moved_first_output_at = {task: first_new.get(task) for task in sorted(moved)}
             watch.loss_logged_at = lost_executor_logged(
                 (tmp_path / "run.log").read_text(errors="replace"), watch.killed_executor
             )
