@@ -430,6 +430,8 @@ def run_executor_loss(
             directory.name: (directory / "stderr").read_text(errors="replace")
             for directory in executor_dirs(marker)
         }
+        for name, text in stderr.items():  # kept beside run.log: Spark's work dirs go below
+            (tmp_path / f"executor-{name}.stderr").write_text(text)
         if watcher is not None:
             watch = watcher.watch
             names = {"restore_start", "restore_done", "task_taken_over", "epoch_abandoned"}
