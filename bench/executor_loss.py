@@ -118,9 +118,9 @@ def main() -> None:
     try:
         for rep in range(args.reps):
             load = list(os.getloadavg())
-            loss = run_executor_loss(
-                broker._kafka, Path(tempfile.mkdtemp()), _executor_dirs, layout
-            )
+            logs = Path(tempfile.mkdtemp(prefix="bench-loss-"))
+            log(f"rep {rep + 1}/{args.reps}: run.log and the executors' logs in {logs}")
+            loss = run_executor_loss(broker._kafka, logs, _executor_dirs, layout)
             comparison = loss.comparison()
             run: dict[str, Any] = {
                 "rep": rep,
