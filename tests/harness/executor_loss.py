@@ -247,7 +247,7 @@ class SteadySales(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str, layout: LossLayout) -> None:
         super().__init__(name="steady-sales", daemon=True)
-        self._bootstrap, self._topic, self._layout = bootstrap, topic, layout
+        self._servers, self._topic, self._layout = bootstrap, topic, layout
         self._stopping = threading.Event()
         self.sales: list[Sale] = []
         self.error: BaseException | None = None
@@ -259,7 +259,7 @@ class SteadySales(threading.Thread):
             while not self._stopping.wait(0.5):
                 start_ts = 1_900_000_000_000 + len(self.sales)
                 sales = make_sales(batch, self._layout.products, seed=seed, start_ts=start_ts)
-                produce_sales(self._bootstrap, self._topic, sales, self._layout.partitions)
+                produce_sales(self._servers, self._topic, sales, self._layout.partitions)
                 self.sales.extend(sales)
                 seed += 1
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by stop()
