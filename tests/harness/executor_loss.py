@@ -389,11 +389,16 @@ def run_executor_loss(
             else {}
         )
         victim = executors[0]
+        victim_id = str(executor_id_of(victim))  # read while it lives: /proc goes with it
         before = {(r.partition, r.offset) for r in _committed(bootstrap, output_topic)[0]}
         os.kill(victim, signal.SIGKILL)
         killed_at_wall, killed_at = time.time(), time.monotonic()
         if port is not None:
-            watch = Watch(killed_at_wall, str(executor_id_of(victim)), before_workers)
+            if victim_id not in before_workers:
+                raise ExecutorLossFailed(
+                    f"killed executor {victim_id} is not among Spark's {before_workers}"
+                )
+            watch = Watch(killed_at_wall, victim_id, before_workers)
             watcher = ExecutorWatcher(port, watch)
             watcher.start()
         produce_sales(bootstrap, input_topic, second, layout.partitions)
