@@ -353,6 +353,12 @@ def run_executor_loss(
             "--state-dir-per-executor",
             "--spark-conf",
             f"spark.executor.extraJavaOptions={marker}",
+            # the run sizes its workers from the executors registered when its query starts:
+            # Spark waits for both (up to 30 s) only when it knows how many cores to expect
+            "--spark-conf",
+            f"spark.cores.max={2 * layout.cores}",
+            "--spark-conf",
+            "spark.scheduler.minRegisteredResourcesRatio=1.0",
             *(arg for conf in ui for arg in ("--spark-conf", conf)),
         ],
     )
