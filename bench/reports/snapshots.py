@@ -156,7 +156,7 @@ def _loss_layout(targets: Targets) -> list[str]:
         {
             "target": "12 tasks on 2 executors of 2 workers: the survivor runs the lost tasks "
             "within 10 s of the loss being seen, exact (issue 35)",
-            "measured": f"median {median} s after the kill ({len(survivor_s)} runs), exact in "
+            "measured": f"median {median} s after the kill (runs: {len(survivor_s)}), exact in "
             f"every run: {loss['all_exact']}",
             "met": median is not None and median <= 10 and loss["all_exact"],
         }
