@@ -16,10 +16,11 @@ input and the executors watched for 90 s after the kill::
 
 adds, per run (``--observe-s``): when Spark's REST API stopped listing the killed executor
 as active (*the loss seen*; the driver's ``Lost executor`` log line, whole seconds, beside
-it), when each task of the killed executor had its first new committed output after that,
-where the moved tasks' restores started and how long they took (the survivors' and the
-replacement's logs), when the replacement executor registered and when it ran as many workers
-as the killed one did, and the workers per executor every 0.5 s.
+it), the tasks that moved (those that restored after the kill: a task restores where it
+starts without its state) with the executor each restored on first and when each had its
+first new committed output, where the moved tasks' restores started and how long they took
+(the executors' logs), when the replacement executor registered and when it ran as many
+workers as the killed one did, and the workers per executor every 0.5 s.
 """
 
 from __future__ import annotations
