@@ -113,9 +113,30 @@ def snapshots_section(targets: Targets) -> list[str]:
 
 def _loss_layout(targets: Targets) -> list[str]:
     """Issue 35's executor-loss layout: 12 tasks, two executors of 2 workers each."""
-    loss = read_result("executor-loss-12tasks")
-    if not loss:
+    out: list[str] = []
+    survivor_s: list[float] = []
+    exact = True
+    for name in ("executor-loss-12tasks", "executor-loss-12tasks-watched"):
+        loss = read_result(name)
+        if loss:
+            out += _loss_layout_runs(loss, survivor_s)
+            exact = exact and loss["all_exact"]
+    if not out:
         return []
+    median = statistics.median(survivor_s) if survivor_s else None
+    targets.append(
+        {
+            "target": "12 tasks on 2 executors of 2 workers: the survivor runs the lost tasks "
+            "within 10 s of the loss being seen, exact (issue 35)",
+            "measured": f"median {median} s after the kill (runs: {len(survivor_s)}), exact in "
+            f"every run: {exact}",
+            "met": median is not None and median <= 10 and exact,
+        }
+    )
+    return out
+
+
+def _loss_layout_runs(loss: dict[str, Any], survivor_s: list[float]) -> list[str]:
     layout = loss["layout"]
     out = [
         f"Executor killed with {layout['partitions']} tasks on `{loss['master']}`, "
@@ -130,35 +151,33 @@ def _loss_layout(targets: Targets) -> list[str]:
         "replacement took first | their first new outputs, last | all outputs | exact |",
         "|---|---|---|---|---|---|---|",
     ]
-    survivor_s = []
+    watched = []
     for run in loss["runs"]:
         moved_to = run.get("moved_to", {})
         first = run.get("moved_tasks_first_output_after_loss_seen_s", {})
         before = set(run.get("workers_before_kill", {}))
+        seen = run.get("loss_seen_after_kill_s") or 0.0  # the figures count from it
         by_survivor = [t for t, e in moved_to.items() if e in before]
         by_replacement = [t for t, e in moved_to.items() if e not in before]
-        last_survivor = max(
-            (first[t] for t in by_survivor if first.get(t) is not None), default=None
-        )
-        last_replacement = max(
-            (first[t] for t in by_replacement if first.get(t) is not None), default=None
-        )
-        if last_survivor is not None:
-            survivor_s.append(last_survivor)
+
+        def last(
+            tasks: list[str], first: dict[str, Any] = first, seen: float = seen
+        ) -> float | None:
+            times = [first[t] for t in tasks if first.get(t) is not None]
+            return round(max(times) + seen, 2) if times else None
+
+        if last(by_survivor) is not None:
+            survivor_s.append(last(by_survivor))  # type: ignore[arg-type]
         out.append(
-            f"| {run['rep'] + 1} | {len(by_survivor)} | {last_survivor} s | "
-            f"{len(by_replacement)} | {last_replacement} s | {run['complete_after_kill_s']} s | "
-            f"{run['exact']} |"
+            f"| {run['rep'] + 1} | {len(by_survivor)} | {last(by_survivor)} s | "
+            f"{len(by_replacement)} | {last(by_replacement)} s | "
+            f"{run['complete_after_kill_s']} s | {run['exact']} |"
         )
-    out.append("")
-    median = statistics.median(survivor_s) if survivor_s else None
-    targets.append(
-        {
-            "target": "12 tasks on 2 executors of 2 workers: the survivor runs the lost tasks "
-            "within 10 s of the loss being seen, exact (issue 35)",
-            "measured": f"median {median} s after the kill (runs: {len(survivor_s)}), exact in "
-            f"every run: {loss['all_exact']}",
-            "met": median is not None and median <= 10 and loss["all_exact"],
-        }
-    )
-    return out
+        if run.get("replacement_registered_after_kill_s") is not None:
+            watched.append(
+                f"Run {run['rep'] + 1}: Spark's REST API stopped listing the killed executor "
+                f"{run['loss_seen_after_kill_s']} s after the kill (the driver's `Lost executor` "
+                f"line, whole seconds: {run['loss_logged_after_kill_s']} s); the replacement "
+                f"registered {run['replacement_registered_after_kill_s']} s after the kill."
+            )
+    return [*out, "", *(f"{line}\n" for line in watched)]
