@@ -70,6 +70,7 @@ def snapshots_section(targets: Targets) -> list[str]:
                 "met": first["median"] <= 15,
             }
         )
+    out += _loss_layout(targets)
     spread = read_result("executor-spread")
     if spread:
         out += [f"Tasks per executor after a loss (`{spread['command']}`):", ""]
@@ -108,3 +109,75 @@ def snapshots_section(targets: Targets) -> list[str]:
             )
         out.append("")
     return out
+
+
+def _loss_layout(targets: Targets) -> list[str]:
+    """Issue 35's executor-loss layout: 12 tasks, two executors of 2 workers each."""
+    out: list[str] = []
+    survivor_s: list[float] = []
+    exact = True
+    for name in ("executor-loss-12tasks", "executor-loss-12tasks-watched"):
+        loss = read_result(name)
+        if loss:
+            out += _loss_layout_runs(loss, survivor_s)
+            exact = exact and loss["all_exact"]
+    if not out:
+        return []
+    median = statistics.median(survivor_s) if survivor_s else None
+    targets.append(
+        {
+            "target": "12 tasks on 2 executors of 2 workers: the survivor runs the lost tasks "
+            "within 10 s of the loss being seen, exact (issue 35)",
+            "measured": f"median {median} s after the kill (runs: {len(survivor_s)}), exact in "
+            f"every run: {exact}",
+            "met": median is not None and median <= 10 and exact,
+        }
+    )
+    return out
+
+
+def _loss_layout_runs(loss: dict[str, Any], survivor_s: list[float]) -> list[str]:
+    layout = loss["layout"]
+    out = [
+        f"Executor killed with {layout['partitions']} tasks on `{loss['master']}`, "
+        f"`num.stream.threads={layout['threads']}`: 4 workers of 3 tasks (`{loss['command']}`; "
+        f"{layout['rate_per_s']} sales/s produced right after the kill and its wave; load "
+        f"average {loss['loadavg_at_start'][0]:.1f} at the start, "
+        f"{loss['loadavg_at_end'][0]:.1f} at the end). A task that moved restores from its "
+        "snapshot where it lands; the executor a moved task restored on first tells who took "
+        "it. Seconds after the kill:",
+        "",
+        "| run | tasks the survivor took | their first new outputs, last | tasks the "
+        "replacement took first | their first new outputs, last | all outputs | exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    watched = []
+    for run in loss["runs"]:
+        moved_to = run.get("moved_to", {})
+        first = run.get("moved_tasks_first_output_after_loss_seen_s", {})
+        before = set(run.get("workers_before_kill", {}))
+        seen = run.get("loss_seen_after_kill_s") or 0.0  # the figures count from it
+        by_survivor = [t for t, e in moved_to.items() if e in before]
+        by_replacement = [t for t, e in moved_to.items() if e not in before]
+
+        def last(
+            tasks: list[str], first: dict[str, Any] = first, seen: float = seen
+        ) -> float | None:
+            times = [first[t] for t in tasks if first.get(t) is not None]
+            return round(max(times) + seen, 2) if times else None
+
+        if last(by_survivor) is not None:
+            survivor_s.append(last(by_survivor))  # type: ignore[arg-type]
+        out.append(
+            f"| {run['rep'] + 1} | {len(by_survivor)} | {last(by_survivor)} s | "
+            f"{len(by_replacement)} | {last(by_replacement)} s | "
+            f"{run['complete_after_kill_s']} s | {run['exact']} |"
+        )
+        if run.get("replacement_registered_after_kill_s") is not None:
+            watched.append(
+                f"Run {run['rep'] + 1}: Spark's REST API stopped listing the killed executor "
+                f"{run['loss_seen_after_kill_s']} s after the kill (the driver's `Lost executor` "
+                f"line, whole seconds: {run['loss_logged_after_kill_s']} s); the replacement "
+                f"registered {run['replacement_registered_after_kill_s']} s after the kill."
+            )
+    return [*out, "", *(f"{line}\n" for line in watched)]

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from processor_api.kafka.partitioner import default_partition
 from tests.harness.topics import TopicRecord, produce
 
 SALES = "topologies.sales_aggregation:build_topology"
@@ -33,8 +34,20 @@ def make_sales(
     return [Sale(rnd.choice(names), rnd.randint(1, 199), start_ts + i) for i in range(count)]
 
 
-def produce_sales(bootstrap: str, topic: str, sales: list[Sale]) -> int:
-    """The seed's wire format: key = product, value = JSON ``{"product", "value"}`` string."""
+def product_partition(product: str, partitions: int) -> int:
+    """The partition :func:`produce_sales` places ``product`` in when given the topic's
+    ``partitions``: Java's default partitioner (murmur2 of the key), which the runtime's
+    producers use too, so each task's notifications go to its own output partition and no
+    two tasks' transactions are open on one partition."""
+    return default_partition(product.encode(), partitions)
+
+
+def produce_sales(
+    bootstrap: str, topic: str, sales: list[Sale], partitions: int | None = None
+) -> int:
+    """The seed's wire format: key = product, value = JSON ``{"product", "value"}`` string.
+    Placed by the producer's partitioner, or with ``partitions`` by
+    :func:`product_partition`."""
     return produce(
         bootstrap,
         topic,
@@ -42,7 +55,7 @@ def produce_sales(bootstrap: str, topic: str, sales: list[Sale]) -> int:
             (
                 s.product.encode(),
                 json.dumps({"product": s.product, "value": s.value}).encode(),
-                None,
+                None if partitions is None else product_partition(s.product, partitions),
                 s.timestamp,
             )
             for s in sales
