@@ -18,15 +18,12 @@ default ``spark.locality.wait`` (3 s; 0 made no difference, see
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -39,24 +36,6 @@ CONTENDERS = {
     "3 slots per executor (room for all 4 tasks)": "local-cluster[2,3,1024]",
     "2 slots per executor (a share of the 4 tasks)": "local-cluster[2,2,1024]",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _executors(port: int) -> list[dict[str, Any]] | None:
-    """Spark's executor list (the driver left out), or None while the UI does not answer."""
-    base = f"http://127.0.0.1:{port}/api/v1/applications"
-    try:
-        with urllib.request.urlopen(base, timeout=2) as answer:
-            app = json.load(answer)[0]["id"]
-        with urllib.request.urlopen(f"{base}/{app}/executors", timeout=2) as answer:
-            return [e for e in json.load(answer) if e["id"] != "driver"]
-    except (OSError, ValueError, IndexError, KeyError):
-        return None
 
 
 def _cwd_name(pid: int) -> str | None:
@@ -78,7 +57,7 @@ def spread_from(timeline: list[dict[str, Any]]) -> float | None:
 
 
 def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
-    from tests.harness.executor_loss import executor_pids
+    from tests.harness.executor_loss import executor_pids, free_port, spark_executors
     from tests.harness.folds import make_sales, produce_sales
     from tests.harness.processes import CliRun, cli_args
     from tests.harness.topics import uid
@@ -89,7 +68,7 @@ def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
     broker.create_topic(input_topic, PARTITIONS)
     broker.create_topic(output_topic, PARTITIONS)
     produce_sales(broker.bootstrap, input_topic, make_sales(400, 16, seed=61))
-    port = _free_port()
+    port = free_port()
     marker = f"-Dprocessor_api.test.run={run_id}"
     tmp = Path(tempfile.mkdtemp(prefix="bench-spread-"))
     args = cli_args(
@@ -114,7 +93,7 @@ def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
     with CliRun(args, tmp / "run.log") as run:
         deadline = time.monotonic() + 180
         while True:
-            executors = _executors(port) or []
+            executors = spark_executors(port) or []
             running = {e["id"]: e["activeTasks"] for e in executors if e["isActive"]}
             if len(running) == 2 and sum(running.values()) == PARTITIONS:
                 break
@@ -128,7 +107,7 @@ def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
         while (elapsed := time.monotonic() - killed_at) < observe_s:
-            executors = _executors(port) or []
+            executors = spark_executors(port) or []
             live = {e["id"]: e["activeTasks"] for e in executors if e["isActive"]}
             live.pop(busiest, None)
             timeline.append({"t": round(elapsed, 1), "tasks": live})
