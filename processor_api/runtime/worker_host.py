@@ -177,7 +177,7 @@ class WorkerHost:
                     runner = self.runners.get(task_id) or self._open(spec, task_id)
                     restored = runner.start_early() if request.build else 0
                 except Exception as exc:  # noqa: BLE001 - the first epoch tries again
-                    log.warning("task_start_early_failed", error=f"{type(exc).__name__}: {exc}")
+                    _early_failure(log, "task_start_early_failed", exc)
                     self._close_task(task_id, reason="it failed to start before the first epoch")
                     continue
                 log.debug(
@@ -198,7 +198,7 @@ class WorkerHost:
                 try:
                     self._run_epoch(early, lambda: True, ended)
                 except Exception as exc:  # noqa: BLE001 - the first epoch rebuilds the tasks
-                    self._log.warning("early_epoch_failed", error=f"{type(exc).__name__}: {exc}")
+                    _early_failure(self._log, "early_epoch_failed", exc)
         finally:
             self.starting_early.clear()
 
@@ -619,6 +619,18 @@ class _QueuedAlive:
         """Stop sending (before anything else is sent on the connection)."""
         self._done.set()
         self._thread.join()
+
+
+def _early_failure(log: Any, event: str, exc: Exception) -> None:
+    """A failure before the first epoch: the first epoch builds the task again and, if the
+    failure comes back, reports it as a run's failure; its cause is told there once, so here
+    it is named by its type (the whole of it at debug)."""
+    log.info(
+        event,
+        error_type=type(exc).__name__,
+        detail="the first epoch builds the task again and reports the error if it recurs",
+    )
+    log.debug(event, error=f"{type(exc).__name__}: {exc}")
 
 
 @contextmanager
