@@ -167,6 +167,12 @@ def _group_committer(settings: TaskCommitSettings) -> GroupCommitter:
 
 #: A transaction or offset commit call waits at most this long per try during an outage.
 COMMIT_STEP_S = 3.0
+#: An abandoned transaction's abort waits at most this long: when another process has taken the
+#: task over, its ``init_transactions`` has fenced this producer and aborted the transaction, and
+#: Tansu never answers the fenced producer's abort. The abort holds the machine's transaction-end
+#: lock (every worker's commit on the broker waits for it), and whoever runs the task next aborts
+#: a transaction still open anyway.
+ABANDON_ABORT_S = 1.0
 #: ``send_offsets_to_transaction`` may block past its timeout while the group coordinator is
 #: unreachable (confluentinc/librdkafka#5456, measured here: over 60 s for a 3 s timeout);
 #: beyond its timeout plus this, the producer is given up (:class:`ProducerWedgedError`).
@@ -436,9 +442,14 @@ class ExactlyOnce:
             tracker = self._producers.cached(self._task_id)
             try:
                 if tracker is not None:
-                    self._end(lambda: tracker.producer.abort_transaction(10))
+                    self._end(lambda: tracker.producer.abort_transaction(ABANDON_ABORT_S))
             except Exception as exc:  # noqa: BLE001 - fenced or broker gone: it aborts later
-                self._log.info("transaction_abort_failed", error=str(exc))
+                self._log.info(
+                    "transaction_abort_failed",
+                    error=str(exc),
+                    timeout_s=ABANDON_ABORT_S,
+                    detail="the next producer of this transactional id aborts it",
+                )
         self._producers.drop(self._task_id)
 
     def close(self) -> None:
