@@ -356,8 +356,11 @@ class ExactlyOnce:
 
     def recover(self, metadata: TaskMetadata) -> TaskMetadata:
         # the task is (re)built: another executor may have run it since and fenced the cached
-        # producer, whatever this host's owner file says, so a new one fences it in turn
+        # producer, whatever this host's owner file says, so a new one fences it in turn.
+        # Fenced before the markers are read: a previous owner still running could otherwise
+        # commit after the read, and this owner would process that batch's input again.
         self._producers.renew(self._task_id)
+        self.producer  # noqa: B018 - makes the producer: init_transactions fences the others
         return adopt_newer_marker(self._markers, metadata)
 
     def begin(self) -> None:
