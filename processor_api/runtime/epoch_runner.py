@@ -139,7 +139,6 @@ class EpochTaskRunner(TaskRunner):
         self._stream: ContinuousInput | None = None
         self._dirty = False  # something to commit since the last commit
         self._counts = _Counts()
-        self._last_global_catch_up = 0.0
         self._last_commit_json: str | None = None  # survives the task being dropped
         self._first_records_seen = False  # the first input this host processes is logged
         self._epoch: _Epoch | None = None
@@ -466,15 +465,15 @@ class EpochTaskRunner(TaskRunner):
     def _catch_up_global(self) -> None:
         if self._global is None:
             return
-        now = time.monotonic()
-        if now - self._last_global_catch_up >= GLOBAL_CATCH_UP_S:
-            collector, stores = self._collector, self._global
+        stores = self._global
+        if time.monotonic() - stores.last_catch_up >= GLOBAL_CATCH_UP_S:
+            collector = self._collector
             assert collector is not None
             self._patience.call(
                 "global store reader", "the records of the global stores' topics",
                 lambda: stores.before_batch(collector.send),
             )  # fmt: skip
-            self._last_global_catch_up = time.monotonic()
+            stores.last_catch_up = time.monotonic()
 
     # ----------------------------------------------------------------- commit
     def _commit(self) -> None:

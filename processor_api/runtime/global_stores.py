@@ -1,17 +1,17 @@
-"""The global stores of one task, kept current from their topics (Kafka Streams'
-``GlobalStreamThread`` and ``GlobalStateManagerImpl``, run inside the task's poll loop).
+"""The global stores of a worker host (or of one task run alone), kept current from their
+topics (Kafka Streams' ``GlobalStreamThread`` and ``GlobalStateManagerImpl``, run inside the
+tasks' poll loop).
 
-Each task keeps its own copy of every global store under ``<task dir>/global`` (why, and
-what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
+A worker host keeps one copy for all its tasks (``worker_globals.py``); a task runner used on
+its own keeps one under ``<task dir>/global`` (why, and what it costs: ARCHITECTURE.md). :meth:`GlobalStores.catch_up` reads every partition of every
 global topic from the position the copy holds up to its current end (partition EOF: the high
 watermark, or the last stable offset under ``read_committed``), all partitions in one
 bounded read (``kafka.reader.read_to_end``), hands the records to the global processors
 (:class:`~processor_api.engine.global_task.GlobalTask`), flushes the stores and writes the
-checkpoint. The task runner calls it before the task is built (the
-first call restores the stores: records with a null key are skipped, as in Kafka Streams'
-global restore) and then at most every second from the task's poll loop
-(``epoch_runner.GLOBAL_CATCH_UP_S``), so a task sees global records about a second after they
-were committed.
+checkpoint. The first task runner that needs the copy restores it before its task is built (records with
+a null key are skipped, as in Kafka Streams' global restore); then the tasks' poll loops catch
+it up at most once a second between them (``epoch_runner.GLOBAL_CATCH_UP_S``), so a task sees
+global records about a second after they were committed.
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ class GlobalStores:
             global_stores=nodes, store_factory=self.state.build, config=config, clock=wall_clock_ms
         )
         self._reader: PartitionReader | None = None
+        #: monotonic time of the last :meth:`before_batch` (tasks sharing a copy catch it up
+        #: at most once a second between them: ``epoch_runner.GLOBAL_CATCH_UP_S``)
+        self.last_catch_up = 0.0
         self._restored = False
         self._current = False  # caught up, and no batch started since
         try:

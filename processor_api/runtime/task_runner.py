@@ -44,6 +44,7 @@ from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_siz
 from processor_api.runtime.off_loop_reads import answer_point_read
 from processor_api.runtime.patience import Patience
 from processor_api.runtime.query_link import TaskStoreReader
+from processor_api.runtime.worker_globals import WorkerGlobalStores
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.state.snapshots import TaskSnapshots
@@ -80,7 +81,15 @@ class LastCommit:
 class TaskRunner:
     """One task while this process owns it (see the module docs)."""
 
-    def __init__(self, spec: JobSpec, topology: Topology, task_id: str, lock: TaskLock) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        topology: Topology,
+        task_id: str,
+        lock: TaskLock,
+        *,
+        shared_global: WorkerGlobalStores | None = None,
+    ) -> None:
         self.spec = spec
         self.task_id = task_id
         self.config = StreamsConfig.from_dict(spec.config)
@@ -122,7 +131,10 @@ class TaskRunner:
         #: The live task's last commit (or what it was rebuilt from); None without a task.
         self._committed: LastCommit | None = None
         self._batch_open = False
-        self._global: GlobalStores | None = None  # this host's copy, kept across rebuilds
+        #: the global stores: the worker host's copy, shared by its tasks, or, without one,
+        #: this runner's own copy; kept across rebuilds
+        self._global: GlobalStores | None = None
+        self._shared_global = shared_global
         # repartition topics: written stamped (exactly-once), read with stamps checked
         self._internal_topics = frozenset(topology.internal_topics())
         self._input = TaskInput(
@@ -357,8 +369,13 @@ class TaskRunner:
         return self._listener
 
     def _global_task(self) -> GlobalTask | None:
-        """This host's global stores, opened and restored before any task is built."""
+        """The global stores, opened and restored before the task is built."""
         if self._global is None and self.topology.global_stores():
+            if self._shared_global is not None:
+                self._global = self._shared_global.open(
+                    self.topology, self.spec, self.config, self._guarantee.isolation_level
+                )
+                return self._global.task
             self._global = GlobalStores.restored(
                 self.topology, self.directory / "global", self.spec, self.config,
                 isolation_level=self._guarantee.isolation_level, role=f"global-{self.task_id}",
@@ -457,9 +474,9 @@ class TaskRunner:
             self._abandon_open_batch()
             self._drop_task()
             self._guarantee.close()
-            if self._global is not None:
-                self._global.close()
-                self._global = None
+            if self._global is not None and self._shared_global is None:
+                self._global.close()  # a worker host's shared copy closes with its run
+            self._global = None
             self._input.close()
         finally:
             self._lock.__exit__(None, None, None)

@@ -85,6 +85,7 @@ from processor_api.runtime.protocol import (
     WorkerEpochRequest,
 )
 from processor_api.runtime.query_link import QueryLink
+from processor_api.runtime.worker_globals import WorkerGlobalStores, worker_global_directory
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
 from processor_api.state.manager import remove_leftovers, task_directory
 from processor_api.state.rocksdb import RocksDBMemory, configure_memory
@@ -114,6 +115,8 @@ class WorkerHost:
         #: monotonic time of the last sign of life of the loop (or of a restore)
         self._loop_at = time.monotonic()
         self._queries: QueryLink | None = None  # the run serves interactive queries
+        #: the worker's copy of the global stores, shared by its tasks (opened by the first)
+        self._globals: WorkerGlobalStores | None = None
         self._query_woken = threading.Event()  # a query waits: the loop does not wait
         self.idle = False  # the main thread waits for a request (no loop runs)
         self.wake_main: Callable[[], None] = lambda: None  # set by serve()
@@ -174,7 +177,7 @@ class WorkerHost:
                 self._loop_at = time.monotonic()
                 log = get_logger("processor_api.worker_host", task=task_id)
                 try:
-                    runner = self.runners.get(task_id) or self._open(spec, task_id)
+                    runner = self.runners.get(task_id) or self._open(spec, request.worker, task_id)
                     restored = runner.start_early() if request.build else 0
                 except Exception as exc:  # noqa: BLE001 - the first epoch tries again
                     _early_failure(log, "task_start_early_failed", exc)
@@ -249,7 +252,9 @@ class WorkerHost:
         active: dict[str, EpochTaskRunner] = {}
         try:
             for task in request.tasks:
-                runner = self.runners.get(task.task_id) or self._open(spec, task.task_id)
+                runner = self.runners.get(task.task_id) or self._open(
+                    spec, request.worker, task.task_id
+                )
                 control = EpochControl(
                     connected=connected,
                     end_requested=end_requested,
@@ -417,7 +422,7 @@ class WorkerHost:
         assert self._input is not None, "no task is open"
         return self._input
 
-    def _open(self, spec: JobSpec, task_id: str) -> EpochTaskRunner:
+    def _open(self, spec: JobSpec, worker: str, task_id: str) -> EpochTaskRunner:
         configure_logging(spec.log_format)
         if self._topology_run != spec.run_id:
             self._topology = spec.load_topology()
@@ -441,7 +446,14 @@ class WorkerHost:
         lock = self._take_lock(directory, task_id)
         try:
             (directory / HOST_FILE).write_text(self.name)
-            runner = EpochTaskRunner(spec, self._topology, task_id, lock, shared_input=self._input)
+            runner = EpochTaskRunner(
+                spec,
+                self._topology,
+                task_id,
+                lock,
+                shared_input=self._input,
+                shared_global=self._worker_globals(spec, worker),
+            )
         except BaseException:
             lock.__exit__(None, None, None)
             raise
@@ -456,6 +468,14 @@ class WorkerHost:
                     "metrics_publisher_not_started", error=f"{type(exc).__name__}: {exc}"
                 )
         return runner
+
+    def _worker_globals(self, spec: JobSpec, worker: str) -> WorkerGlobalStores | None:
+        """The worker's copy of the global stores, if the topology has any."""
+        if self._globals is None and self._topology.global_stores():
+            app = spec.config["application_id"]
+            directory = worker_global_directory(spec.executor_state_dir, app, worker)
+            self._globals = WorkerGlobalStores(directory, worker)
+        return self._globals
 
     def _take_lock(self, directory: Path, task_id: str) -> TaskLock:
         """The task directory's lock; a worker elsewhere on this machine is asked to let go."""
@@ -574,6 +594,9 @@ class WorkerHost:
             if self._input is not None:
                 self._input.close()
                 self._input = None
+            globals_, self._globals = self._globals, None
+            if globals_ is not None:
+                globals_.close()
         finally:
             self._spec = None
             self._metrics = {}

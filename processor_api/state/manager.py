@@ -58,6 +58,8 @@ from processor_api.state.snapshots import SnapshotRestored, TaskSnapshots
 _log = get_logger("processor_api.task_state")
 
 TASK_DIR_PATTERN = re.compile(r"\d+_\d+")
+#: A worker's copy of the global stores: ``global-<worker>`` (``runtime/worker_globals.py``).
+WORKER_GLOBAL_PREFIX = "global-"
 #: In every persistent store's directory: what the store holds (see :meth:`TaskStores.identity`).
 IDENTITY_FILE = ".store-identity"
 _CORRUPT_FILE = re.compile(r"Corruption: [^/]*(/\S+?)[.:,]?(?:\s|$)")
@@ -594,8 +596,9 @@ def wipe_application_state(state_dir: str | os.PathLike[str], application_id: st
     """Delete the local stores of every task of an application (``run-topology --cleanup``).
 
     Like Kafka Streams' ``cleanUp()``: only local state goes; committed positions (the Spark
-    checkpoint) stay, so each store is restored from its changelog on the next start.
-    Returns how many task directories were deleted. Each goes by :func:`remove_directory`, so
+    checkpoint) stay, so each store is restored from its changelog on the next start; the
+    workers' copies of the global stores go too. Returns how many task directories were
+    deleted. Each goes by :func:`remove_directory`, so
     an interrupted cleanup leaves no task half-deleted.
     """
     target = Path(state_dir) / application_id
@@ -606,6 +609,8 @@ def wipe_application_state(state_dir: str | os.PathLike[str], application_id: st
             if child.is_dir() and TASK_DIR_PATTERN.fullmatch(child.name):
                 remove_directory(child)
                 wiped += 1
+            elif child.is_dir() and child.name.startswith(WORKER_GLOBAL_PREFIX):
+                remove_directory(child)  # a worker's copy of the global stores
     with _IN_MEMORY_GUARD:
         for key in [k for k in _IN_MEMORY if k[0] == application_id]:
             del _IN_MEMORY[key]
