@@ -5,6 +5,7 @@ store) answering 503 ``not_up_to_bound`` with the bound and the position, then t
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import urllib.error
@@ -20,7 +21,9 @@ from processor_api.query.router import HostRouter
 from processor_api.query.routing import StoreRoutes
 from processor_api.query.server import QueryEndpoint, QueryServer
 from processor_api.runtime import query_bounds
+from processor_api.runtime.off_loop_reads import answer_point_read
 from processor_api.runtime.query_link import QueryLink, TaskStoreReader
+from processor_api.state.batch_buffer import BatchBufferBytesStore
 from tests.harness.scrape import wait_for
 from tests.integration.query_topologies import build_shop
 
@@ -98,8 +101,6 @@ def totals(tmp_path):
 
 
 def _key(text: str) -> str:
-    import base64
-
     return base64.b64encode(text.encode()).decode()
 
 
@@ -282,3 +283,30 @@ def test_a_malformed_bound_answers_400_naming_it(served, query, message):
     assert http.value.code == 400
     body = json.loads(http.value.read())
     assert body["code"] == "bad_request" and message in body["error"]
+
+
+def test_an_off_loop_point_read_is_refused_below_its_bound_on_the_link_thread(tmp_path):
+    builder = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("totals"), Serdes.string(), Serdes.long()
+    ).with_caching_enabled()
+    buffer = BatchBufferBytesStore(builder.supplier.get(tmp_path))
+    stack = builder.build(tmp_path, inner=buffer)
+    try:
+        stack.store.put("alice", 3)
+        live = {INPUT: 8}
+        read = {"store": "totals", "kind": "key", "key": _key("alice"), "limit": 1}
+
+        def answer(request):
+            return answer_point_read(
+                "0_0", {"totals": stack}, {"totals": buffer}, lambda n: 7, request, lambda c: live
+            )
+
+        status, body = answer({**read, "bound": [[INPUT, 0, 8]]})
+        assert status == 503 and body["code"] == "not_up_to_bound"
+        assert body["input_position"] == {INPUT: {"0": 7}}
+        live[INPUT] = 9  # the loop processed offset 8
+        status, body = answer({**read, "bound": [[INPUT, 0, 8]]})
+        assert status == 200 and body["entries"] == [{"key": "alice", "value": 3}]
+        assert body["input_position"] == {INPUT: {"0": 8}}
+    finally:
+        stack.close()
