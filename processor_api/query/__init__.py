@@ -10,16 +10,20 @@ from processor_api.query.errors import (
     BadQueryError,
     EndpointUnreachableError,
     KeyNotFoundError,
+    NotUpToBoundError,
     QueryError,
     TaskUnavailableError,
     UnauthorizedError,
     UnknownStoreError,
 )
+from processor_api.query.position import PositionBound
 
 __all__ = [
     "BadQueryError",
     "EndpointUnreachableError",
     "KeyNotFoundError",
+    "NotUpToBoundError",
+    "PositionBound",
     "QueryClient",
     "QueryError",
     "TaskUnavailableError",

@@ -4,13 +4,15 @@
     processor-api query --url http://127.0.0.1:8085 totals alice
     processor-api query --url http://127.0.0.1:8085 totals --from a --to m
     processor-api query --url http://127.0.0.1:8085 per-minute alice --time-from 1700000000000
+    processor-api query --url http://127.0.0.1:8085 totals alice --position-bound orders:1:41 --wait 2
 
 What a key reads follows the store's kind (asked of the endpoint): a key-value or versioned
 store's value (``--as-of`` for a version), a window store's windows, a session store's
 sessions; without a key, the entries of a key-value store (``--from``/``--to`` for a range).
 One JSON object per line. Exit status: 0 answered, 1 the store holds no such key, 2 bad
-arguments, an unknown store, a key of the wrong type or a refused token, 3 the task holding
-the key is restoring or moving (ask again), 4 the endpoint does not answer.
+arguments, an unknown store, a key of the wrong type, a malformed position bound or a refused
+token, 3 the task holding the key is restoring or moving, or has not reached
+``--position-bound`` (within ``--wait``): ask again, 4 the endpoint does not answer.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from typing import Any
 from processor_api.errors import ConfigError
 from processor_api.query.client import QueryClient
 from processor_api.query.errors import (
+    BadQueryError,
     EndpointUnreachableError,
     QueryError,
     TaskUnavailableError,
     UnknownStoreError,
 )
+from processor_api.query.position import PositionBound
 from processor_api.state.json_entries import json_default
 
 
@@ -102,6 +106,21 @@ def add_query_command(commands: Any) -> None:
     query.add_argument(
         "--committed", action="store_true", help="only what the task's last commit covered"
     )
+    query.add_argument(
+        "--position-bound",
+        default=None,
+        metavar="TOPIC:PARTITION:OFFSET[,...]",
+        help="read-your-writes: only an answer whose task has processed these input offsets "
+        "(e.g. the offset a produce got)",
+    )
+    query.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --position-bound: ask again for up to this long while the bound is not "
+        "reached (default: answer at once)",
+    )
 
 
 def run_query(args: argparse.Namespace, prog: str) -> int:
@@ -140,19 +159,29 @@ def _rows(client: QueryClient, args: argparse.Namespace) -> Any:
             f"no store {args.store!r} in the application at {args.url}; its stores: "
             f"{', '.join(sorted(kinds)) or 'none'}"
         )
-    committed = args.committed
+    if args.wait < 0:
+        raise ConfigError(f"--wait must be >= 0 seconds, got {args.wait:g}")
+    bound = None
+    if args.position_bound is not None:
+        try:
+            bound = PositionBound.parse(args.position_bound, "--position-bound")
+        except BadQueryError as exc:
+            raise ConfigError(str(exc)) from None
+    options: dict[str, Any] = {
+        "committed": args.committed,
+        "position_bound": bound,
+        "wait_s": args.wait,
+    }
     if args.key is None:
         if args.key_from is not None or args.key_to is not None:
-            return client.range(args.store, args.key_from, args.key_to, committed=committed)
-        return client.all(args.store, committed=committed)
+            return client.range(args.store, args.key_from, args.key_to, **options)
+        return client.all(args.store, **options)
     if kind in ("window", "timestamped-window"):
-        return client.fetch_window(
-            args.store, args.key, args.time_from, args.time_to, committed=committed
-        )
+        return client.fetch_window(args.store, args.key, args.time_from, args.time_to, **options)
     if kind == "session":
-        return client.fetch_sessions(args.store, args.key, committed=committed)
+        return client.fetch_sessions(args.store, args.key, **options)
     if args.as_of is not None:
-        entry = client.get_as_of(args.store, args.key, args.as_of, committed=committed)
+        entry = client.get_as_of(args.store, args.key, args.as_of, **options)
     else:
-        entry = client.get(args.store, args.key, committed=committed)
+        entry = client.get(args.store, args.key, **options)
     return None if entry is None else [entry]

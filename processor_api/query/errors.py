@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor_api.errors import StreamsError
 
 
@@ -11,9 +13,17 @@ class QueryError(StreamsError):
     status = 500
     code = "error"
 
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        retry_after_s: float | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        #: What the answer says besides the error and its code (``NotUpToBoundError``: the
+        #: ``bound``, the task's ``input_position`` and the ``task``).
+        self.fields: dict[str, Any] = dict(fields or {})
 
 
 class BadQueryError(QueryError):
@@ -53,6 +63,14 @@ class TaskUnavailableError(QueryError):
     status, code = 503, "unavailable"
 
 
+class NotUpToBoundError(TaskUnavailableError):
+    """The task has not processed the input offsets the read's position bound asks for
+    (Kafka Streams' ``NOT_UP_TO_BOUND``): ask again later. ``fields`` holds the ``bound``
+    (``[topic, partition, offset]`` entries), the task's ``input_position`` and the ``task``."""
+
+    status, code = 503, "not_up_to_bound"
+
+
 class EndpointUnreachableError(QueryError):
     """The query endpoint does not answer (a client's error, never an HTTP answer)."""
 
@@ -69,5 +87,6 @@ ERRORS_BY_CODE: dict[str, type[QueryError]] = {
         KeyNotFoundError,
         NotFoundError,
         TaskUnavailableError,
+        NotUpToBoundError,
     )
 }

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from processor_api.logging import get_logger
-from processor_api.query.errors import TaskUnavailableError
+from processor_api.query.errors import NotUpToBoundError, TaskUnavailableError
 from processor_api.runtime.query_link import (
     SEND_DEADLINE_S,
     FrameError,
@@ -170,6 +170,9 @@ class HostRouter:
                 f"task {task} did not answer within {timeout_s:g}s (busy restoring?)",
                 RETRY_AFTER_S,
             )
+        if answer.status == 503 and answer.body.get("code") == NotUpToBoundError.code:
+            fields = {k: answer.body.get(k) for k in ("bound", "input_position", "task")}
+            raise NotUpToBoundError(str(answer.body.get("error")), RETRY_AFTER_S, fields)
         if answer.status == 503:
             raise TaskUnavailableError(
                 str(answer.body.get("error") or f"task {task} is not available"), RETRY_AFTER_S

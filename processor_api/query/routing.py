@@ -14,6 +14,7 @@ from typing import Any
 
 from processor_api.kafka.partitioner import default_partition
 from processor_api.query.errors import BadQueryError, UnknownStoreError
+from processor_api.query.position import PARAMETER, PositionBound
 from processor_api.runtime.job import parse_task_id
 from processor_api.state.builder import StoreBuilder
 from processor_api.state.json_entries import parse_key
@@ -27,6 +28,8 @@ class StoreRoute:
     name: str
     builder: StoreBuilder
     tasks: tuple[str, ...]
+    #: The source topics of the store's sub-topology (what a position bound may name).
+    inputs: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -47,6 +50,22 @@ class StoreRoute:
             raise BadQueryError(f"{what} {text!r} serializes to nothing for store {self.name!r}")
         return bytes(data)
 
+    def check_bound(self, bound: PositionBound) -> None:
+        """``BadQueryError`` unless every topic ``bound`` names is an input of the store's
+        sub-topology and every partition one of its tasks' (a bound it can never reach)."""
+        for topic, partition, _ in bound.entries():
+            if topic not in self.inputs:
+                raise BadQueryError(
+                    f"{PARAMETER}: topic {topic!r} is no input of store {self.name!r} "
+                    f"(its tasks read {', '.join(self.inputs) or 'no topic'}); a bound names "
+                    "the input topic the store's own tasks read"
+                )
+            if partition >= len(self.tasks):
+                raise BadQueryError(
+                    f"{PARAMETER}: partition {partition} of topic {topic!r}: store "
+                    f"{self.name!r} has {len(self.tasks)} tasks (partitions 0-{len(self.tasks) - 1})"
+                )
+
     def task_for(self, key: bytes) -> str:
         """The task holding the serialized ``key``."""
         return self.tasks[default_partition(key, len(self.tasks))]
@@ -65,7 +84,7 @@ class StoreRoutes:
             tasks = tuple(t for _, t in sorted(by_sub.get(sub.id, [])))
             for name in sub.store_names:
                 builder = topology.store_builders[name]
-                self._routes[name] = StoreRoute(name, builder, tasks)
+                self._routes[name] = StoreRoute(name, builder, tasks, tuple(sub.source_topics))
 
     def route(self, store: str) -> StoreRoute:
         """The route of ``store``; ``UnknownStoreError`` naming the known ones otherwise."""

@@ -7,12 +7,15 @@
     GET /stores/{store}/window?key=&from=&to=     a window store's windows of a key
     GET /stores/{store}/sessions?key=             a session store's sessions of a key
 
-Every read takes ``committed=true`` (only what the task's last commit covered) and the
+Every read takes ``committed=true`` (only what the task's last commit covered),
+``position_bound=topic:partition:offset[,...]`` (read-your-writes: only an answer whose task
+has processed those input offsets, :mod:`processor_api.query.position`; else 503
+``not_up_to_bound`` at once, naming the bound and the task's ``input_position``), and the
 paged ones ``limit`` (at most :data:`MAX_PAGE`) and ``page`` (the previous answer's
 ``next``). A key is routed to its task (:mod:`processor_api.query.routing`) and read by the
 worker holding it (:mod:`processor_api.query.router`). Errors are JSON ``{"error", "code"}``
-with 400 (bad query), 401 (token), 404 (unknown store, missing key), 503 with
-``Retry-After`` (task restoring, moving or not started).
+with 400 (bad query, malformed bound), 401 (token), 404 (unknown store, missing key), 503
+with ``Retry-After`` (task restoring, moving or not started; position bound not reached).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from processor_api.query.errors import (
     QueryError,
     UnauthorizedError,
 )
+from processor_api.query.position import PARAMETER, PositionBound
 from processor_api.query.router import HostRouter
 from processor_api.query.routing import StoreRoute, StoreRoutes, encode_key
 from processor_api.state.json_entries import json_default
@@ -69,21 +73,27 @@ class QueryEndpoint:
             raise NotFoundError(f"no endpoint {path!r}; see /stores")
         route = self.routes.route(parts[1])
         committed = _flag(params, "committed")
+        bound = _bound(route, params)
         if parts[2] == "keys" and len(parts) == 4:
-            return self._key(route, parts[3], committed, params.get("as_of"))
+            return self._key(route, parts[3], committed, params.get("as_of"), bound)
         if len(parts) == 3 and parts[2] in ("range", "all"):
             if parts[2] == "all":
                 params = {k: v for k, v in params.items() if k not in ("from", "to")}
-            return self._range(route, params, committed)
+            return self._range(route, params, committed, bound)
         if len(parts) == 3 and parts[2] in ("window", "sessions"):
-            return self._fetch(route, parts[2], params, committed)
+            return self._fetch(route, parts[2], params, committed, bound)
         raise NotFoundError(
             f"no endpoint {path!r} for a store; see the manual's Interactive queries page"
         )
 
     # ------------------------------------------------------------------ key
     def _key(
-        self, route: StoreRoute, text: str, committed: bool, as_of: str | None
+        self,
+        route: StoreRoute,
+        text: str,
+        committed: bool,
+        as_of: str | None,
+        bound: PositionBound | None,
     ) -> dict[str, Any]:
         if route.kind not in KEY_VALUE_KINDS + VERSIONED_KINDS:
             what = "sessions" if route.kind in SESSION_KINDS else "window"
@@ -101,7 +111,7 @@ class QueryEndpoint:
                    "committed": committed, "limit": 1}  # fmt: skip
         if as_of is not None:
             request["as_of"] = _timestamp("as_of", as_of)
-        answer = self._ask(task, request)
+        answer = self._ask(task, request, bound)
         if not answer["entries"]:
             raise KeyNotFoundError(
                 f"store {route.name!r} holds no value for key {text!r} (task {task})"
@@ -109,7 +119,13 @@ class QueryEndpoint:
         return _entry(answer["entries"][0], task, answer)
 
     # ---------------------------------------------------------------- range
-    def _range(self, route: StoreRoute, params: dict[str, str], committed: bool) -> dict[str, Any]:
+    def _range(
+        self,
+        route: StoreRoute,
+        params: dict[str, str],
+        committed: bool,
+        bound: PositionBound | None,
+    ) -> dict[str, Any]:
         if route.kind not in KEY_VALUE_KINDS:
             raise BadQueryError(
                 f"store {route.name!r} is a {route.kind} store: range and all read key-value "
@@ -137,6 +153,7 @@ class QueryEndpoint:
                     "committed": committed,
                     "limit": limit - len(entries),
                 },  # fmt: skip
+                bound,
             )
             entries.extend(_entry(e, task, answer) for e in answer["entries"])
             if answer["more"]:
@@ -153,7 +170,12 @@ class QueryEndpoint:
 
     # ---------------------------------------------------------------- fetch
     def _fetch(
-        self, route: StoreRoute, what: str, params: dict[str, str], committed: bool
+        self,
+        route: StoreRoute,
+        what: str,
+        params: dict[str, str],
+        committed: bool,
+        bound: PositionBound | None,
     ) -> dict[str, Any]:
         kinds = WINDOW_KINDS if what == "window" else SESSION_KINDS
         if route.kind not in kinds:
@@ -177,13 +199,17 @@ class QueryEndpoint:
             for side, field in (("from", "time_from"), ("to", "time_to")):
                 if params.get(side) is not None:
                     request[field] = _timestamp(side, params[side])
-        answer = self._ask(task, request)
+        answer = self._ask(task, request, bound)
         return {
             "entries": [_entry(e, task, answer) for e in answer["entries"]],
             "truncated": bool(answer["more"]),
         }
 
-    def _ask(self, task: str, request: dict[str, Any]) -> dict[str, Any]:
+    def _ask(
+        self, task: str, request: dict[str, Any], bound: PositionBound | None
+    ) -> dict[str, Any]:
+        if bound is not None:
+            request = {**request, "bound": bound.entries()}
         status, body = self.router.ask(task, request)
         if status == 200:
             return body
@@ -193,7 +219,18 @@ class QueryEndpoint:
 
 def _entry(fields: dict[str, Any], task: str, answer: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "task": task, "position": answer.get("position"),
+            "input_position": answer.get("input_position"),
             "consistency": answer.get("consistency")}  # fmt: skip
+
+
+def _bound(route: StoreRoute, params: dict[str, str]) -> PositionBound | None:
+    """The read's position bound (``position_bound``), checked against the store's inputs."""
+    text = params.get(PARAMETER)
+    if text is None:
+        return None
+    bound = PositionBound.parse(text)
+    route.check_bound(bound)
+    return bound
 
 
 def _flag(params: dict[str, str], name: str) -> bool:
@@ -290,7 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {}
             if exc.status == 503:
                 headers["Retry-After"] = str(int(exc.retry_after_s or 1))
-            self._send(exc.status, {"error": str(exc), "code": exc.code}, headers)
+            body = {**exc.fields, "error": str(exc), "code": exc.code}
+            self._send(exc.status, body, headers)
         except Exception as exc:  # noqa: BLE001 - a bug must not kill the server
             _log.warning("query_failed", path=url.path, error=f"{type(exc).__name__}: {exc}")
             self._send(500, {"error": f"{type(exc).__name__}: {exc}", "code": "error"})

@@ -20,8 +20,9 @@ change. So the key is serialized and the value deserialized here, with the store
 
 Whatever else (ranges, windows, sessions, versioned reads, a store with a TTL, a store whose
 layers are not the ones above, a store closed or replaced meanwhile) goes to the loop as
-before (``None``). ``position`` is read before the value, so a committed read covers at least
-the commit it names.
+before (``None``). ``position`` (and the input position a read's position bound is checked
+against, ``query_bounds.py``) is read before the value, so a committed read covers at least
+the commit it names, and a live read at least the input records its position names.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from processor_api.runtime import query_bounds
+from processor_api.runtime.job import parse_task_id
+from processor_api.runtime.query_bounds import InputOffsets
 from processor_api.runtime.query_link import decode_key
 from processor_api.state.base import KeyValue
 from processor_api.state.batch_buffer import BatchBufferBytesStore
@@ -65,10 +69,12 @@ def answer_point_read(
     buffers: dict[str, BatchBufferBytesStore],
     position: Callable[[str], int | None],
     request: dict[str, Any],
+    input_offsets: InputOffsets | None = None,
 ) -> Answer | None:
     """The answer to ``request`` read on the calling thread, as
     :meth:`~processor_api.runtime.query_link.TaskStoreReader.answer` gives it; None when the
-    loop must answer it (see the module docs)."""
+    loop must answer it (see the module docs). ``input_offsets`` as the reader takes them:
+    a position bound not reached is answered here at once."""
     if request.get("kind") != "key" or request.get("as_of") is not None:
         return None
     name = str(request.get("store"))
@@ -79,6 +85,11 @@ def answer_point_read(
     committed = bool(request.get("committed"))
     facade = stack.store
     at = position(name)  # before the value: the value is at least as new
+    input_position, refusal = query_bounds.check(
+        task_id, parse_task_id(task_id)[1], input_offsets, request
+    )
+    if refusal is not None:
+        return refusal
     # any failure (a key the serde refuses, a store closed meanwhile): the loop answers it,
     # with the error it names
     try:
@@ -89,10 +100,13 @@ def answer_point_read(
         entries = [] if value is None else [entry_fields(KeyValue(key, value))]
     except Exception:  # noqa: BLE001 - see above
         return None
-    return 200, {
-        "entries": entries,
-        "more": False,
-        "last": None,
-        "position": at,
-        "consistency": "committed" if committed else "live",
-    }
+    return 200, query_bounds.with_position(
+        {
+            "entries": entries,
+            "more": False,
+            "last": None,
+            "position": at,
+            "consistency": "committed" if committed else "live",
+        },
+        input_position,
+    )

@@ -43,6 +43,9 @@ from itertools import islice
 from typing import Any
 
 from processor_api.logging import get_logger
+from processor_api.runtime import query_bounds
+from processor_api.runtime.job import parse_task_id
+from processor_api.runtime.query_bounds import InputOffsets
 from processor_api.state.base import KeyValue
 from processor_api.state.json_entries import entry_fields, json_default
 from processor_api.state.windowed_types import MAX_TIMESTAMP, Windowed
@@ -349,7 +352,9 @@ class TaskStoreReader:
 
     ``stacks`` are the task's open store stacks by name, ``committed_view(name)`` a typed,
     read-only view of a store's committed contents, ``position(name)`` the changelog offset
-    of the task's last commit.
+    of the task's last commit, ``input_offsets(committed)`` the task's next input offsets
+    per topic (``query_bounds.py``: a read's position bound is checked against them; None:
+    unknown, a bound is never reached).
     """
 
     def __init__(
@@ -358,11 +363,14 @@ class TaskStoreReader:
         stacks: dict[str, Any],
         committed_view: Callable[[str], Any],
         position: Callable[[str], int | None],
+        input_offsets: InputOffsets | None = None,
     ) -> None:
         self.task_id = task_id
         self._stacks = stacks
         self._committed_view = committed_view
         self._position = position
+        self._input_offsets = input_offsets
+        self._partition = parse_task_id(task_id)[1]
 
     def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) for one read request."""
@@ -372,6 +380,11 @@ class TaskStoreReader:
             return 404, {"error": f"task {self.task_id} has no store {name!r}",
                          "code": "unknown_store"}  # fmt: skip
         committed = bool(request.get("committed"))
+        input_position, refusal = query_bounds.check(
+            self.task_id, self._partition, self._input_offsets, request
+        )
+        if refusal is not None:
+            return refusal
         store = self._committed_view(name) if committed else stack.store
         try:
             entries, more = _read(store, request)
@@ -381,13 +394,14 @@ class TaskStoreReader:
         except Exception as exc:  # noqa: BLE001 - a serde or store error, named in the answer
             return 400, {"error": f"store {name!r}, task {self.task_id}: "
                                   f"{type(exc).__name__}: {exc}", "code": "bad_request"}  # fmt: skip
-        return 200, {
+        body = {
             "entries": rendered,
             "more": more,
             "last": last_b64,
             "position": self._position(name),
             "consistency": "committed" if committed else "live",
         }
+        return 200, query_bounds.with_position(body, input_position)
 
 
 def _encode(data: bytes) -> str:

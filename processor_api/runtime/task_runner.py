@@ -223,7 +223,11 @@ class TaskRunner:
         if stores is None or self._task is None or self.metrics.phase == "restoring":
             return None
         return TaskStoreReader(
-            self.task_id, stores.stacks, stores.committed_view, self._committed_changelog_offset
+            self.task_id,
+            stores.stacks,
+            stores.committed_view,
+            self._committed_changelog_offset,
+            self._input_offsets,
         )
 
     def read_off_loop(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
@@ -234,11 +238,28 @@ class TaskRunner:
         if stores is None or self._task is None or self.metrics.phase != "running":
             return None
         answer = answer_point_read(
-            self.task_id, stores.stacks, stores.buffers, self._committed_changelog_offset, request
+            self.task_id,
+            stores.stacks,
+            stores.buffers,
+            self._committed_changelog_offset,
+            request,
+            self._input_offsets,
         )
         if self._stores is not stores or self.metrics.phase != "running":
             return None  # dropped or rebuilt meanwhile
         return answer
+
+    def _input_offsets(self, committed: bool) -> dict[str, int]:
+        """The next input offset to process per source topic: live (as the stores stand
+        between two records) or as the last commit left them; what a read's position bound
+        is checked against (``query_bounds.py``). Safe off the loop thread: one dict copy."""
+        if committed:
+            last = self._committed
+            return {} if last is None else dict(last.metadata.input_positions)
+        task = self._task
+        # the task's own positions, not Task.metadata(): that copies the schedules too,
+        # which the loop may change while the query link's thread reads
+        return {} if task is None else dict(task._positions)
 
     def _committed_changelog_offset(self, store: str) -> int | None:
         """Where ``store``'s changelog stood at the task's last commit (None before one)."""

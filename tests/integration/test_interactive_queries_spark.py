@@ -50,8 +50,8 @@ def _expected(records: list[tuple[str, str, int]]) -> TopologyTestDriver:
 
 
 def _fields(entries: list[dict]) -> list[dict]:
-    """Entries without what only the endpoint says (task, position, consistency)."""
-    drop = ("task", "position", "consistency")
+    """Entries without what only the endpoint says (task, positions, consistency)."""
+    drop = ("task", "position", "input_position", "consistency")
     return [{k: v for k, v in e.items() if k not in drop} for e in entries]
 
 
