@@ -34,6 +34,7 @@ from bench.reports.shared import (
     NOTES_EPOCHS,
     NOTES_FILE,
     NOTES_SERDES_TTL,
+    NOTES_WORKERS_QUERIES,
     Targets,
     machine_table,
     read_notes,
@@ -110,6 +111,7 @@ def write_report() -> Path:
     snapshot_targets: Targets = []
     out += snapshots_section(snapshot_targets)  # the notes before end with a blank line
     out += targets_table("target", snapshot_targets)
+    out += read_notes(NOTES_WORKERS_QUERIES)
     path = OUTPUT_DIR / "RESULTS.md"
     path.write_text("\n".join(out).rstrip("\n") + "\n")
     log(f"wrote {path}")

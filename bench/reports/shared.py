@@ -15,6 +15,8 @@ NOTES_WINDOW_STORE = OUTPUT_DIR / "NOTES-window-store.md"
 NOTES_INTO_KAFKA = OUTPUT_DIR / "NOTES-punctuation-into-kafka.md"
 NOTES_SERDES_TTL = OUTPUT_DIR / "NOTES-registry-serdes-ttl-store.md"
 NOTES_EPOCHS = OUTPUT_DIR / "NOTES-epochs.md"
+#: Hand-written: workers and interactive queries (issues 35 and 36), after the snapshots.
+NOTES_WORKERS_QUERIES = OUTPUT_DIR / "NOTES-issues-35-36.md"
 
 Targets = list[dict[str, Any]]
 
