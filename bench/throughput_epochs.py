@@ -7,7 +7,8 @@ contender's process tree; writes ``bench/results/throughput-epochs-<size>[-<P>p]
 (machine, load, commands, runs, medians). With ``BENCH_BASELINE_DIR`` (a checkout of an earlier
 commit) and ``BENCH_BASELINE_REV``, the contenders ``processor_api epochs before (REV)`` and
 ``processor_api epochs local[1] before (REV)`` run that checkout's command side by side
-(name them in ``--only``). Results recorded before the micro-batch runtime was removed
+(name them in ``--only``). ``processor_api epochs 3 workers`` is the default run with
+``--config num.stream.threads=3``. Results recorded before the micro-batch runtime was removed
 also have its contender, ``processor_api``.
 """
 
@@ -19,9 +20,9 @@ import os
 
 from bench import throughput
 from bench.common import Broker, ensure_environments, log, machine_info, write_result
-from bench.throughput import EPOCHS, EPOCHS_ONE_CORE, run_size
+from bench.throughput import EPOCHS, EPOCHS_ONE_CORE, EPOCHS_THREE_WORKERS, run_size
 
-CONTENDERS = {EPOCHS, EPOCHS_ONE_CORE, "hand_loop", "quixstreams"}
+CONTENDERS = {EPOCHS, EPOCHS_ONE_CORE, EPOCHS_THREE_WORKERS, "hand_loop", "quixstreams"}
 
 
 def main() -> None:
