@@ -67,11 +67,14 @@ for _ in range(reps):
     per_record.append((time.perf_counter() - started) / records * 1e6)
     task.close()
     shutil.rmtree(root, ignore_errors=True)
-print(json.dumps({"us_per_record": statistics.median(per_record), "reps": per_record}))
+import processor_api
+print(json.dumps({"us_per_record": statistics.median(per_record), "reps": per_record,
+                  "library": processor_api.__file__}))
 """
 
 
 def _run(tree: Path, records: int, reps: int) -> float:
+    """Median microseconds per record of one process running ``tree``'s library."""
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(records), str(reps)],
         cwd=tree,
@@ -80,7 +83,11 @@ def _run(tree: Path, records: int, reps: int) -> float:
         text=True,
         check=True,
     ).stdout
-    return float(json.loads(out.strip().splitlines()[-1])["us_per_record"])
+    result = json.loads(out.strip().splitlines()[-1])
+    library = Path(result["library"]).resolve()
+    if not library.is_relative_to(tree):
+        raise RuntimeError(f"the run of {tree} imported the library at {library}")
+    return float(result["us_per_record"])
 
 
 def _stats(values: list[float]) -> dict[str, Any]:
