@@ -8,7 +8,9 @@ e.g. ``git archive REV | tar -x -C DIR``), that one's, each in a fresh process, 
 which goes first; a process processes N records R times (a new task each time, a commit
 every 100,000 records: change records drained, batch buffer written to RocksDB) and reports
 its median microseconds per record. Writes ``bench/results/store-path-<date>.json`` (median
-and spread over the rounds, load average before and after). Records are built in memory
+and spread over the rounds, load average before and after). ``--profile``: instead, one
+process per tree under py-spy (500 Hz), summarized by ``bench.profiles.summarize`` into
+``bench/results/profiles-store-path-<date>.json`` (not timed). Records are built in memory
 (``bench.punctuation._records``: 10k keys), so the consumer's share of a run is not in it.
 """
 
@@ -106,10 +108,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="processes per tree, alternating")
     parser.add_argument("--baseline", type=Path, default=None, help="an earlier commit's tree")
     parser.add_argument("--baseline-rev", default="baseline")
+    parser.add_argument("--profile", action="store_true", help="py-spy profiles, not timed")
     args = parser.parse_args()
     trees = {"this tree": REPO_DIR}
     if args.baseline is not None:
         trees[f"before ({args.baseline_rev})"] = args.baseline.resolve()
+    if args.profile:
+        _profile(trees, args.records)
+        return
     load_before = list(os.getloadavg())
     samples: dict[str, list[float]] = {name: [] for name in trees}
     names = list(trees)
@@ -136,6 +142,34 @@ def main() -> None:
     write_result("store-path", result, indent=1)
     for name, values in samples.items():
         log(f"{name}: {json.dumps(_stats(values))}")
+
+
+def _profile(trees: dict[str, Path], records: int) -> None:
+    from bench import profiles
+
+    summaries = {}
+    for name, tree in trees.items():
+        label = "profile-store-path-" + name.split(" ")[0]
+        cmd = [sys.executable, "-c", _CHILD, str(records), "1"]
+        wrapped = profiles.profile_command(cmd, label, rate=500)
+        subprocess.run(
+            wrapped, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, check=True,
+            capture_output=True,
+        )  # fmt: skip
+        summary = profiles.summarize(profiles.RAW_DIR / f"{label}.txt", top=25)
+        summary.pop("file", None)
+        summaries[name] = summary
+        log(f"profiled {name}: {summary.get('samples')} samples")
+    write_result(
+        "profiles-store-path",
+        {
+            "what": "py-spy record --rate 500 of bench.store_path's process (count per key "
+            f"through a Task over TaskStores, {records} records, one run), per tree",
+            "machine": machine_info(),
+            "profiles": summaries,
+        },
+        indent=1,
+    )
 
 
 if __name__ == "__main__":
