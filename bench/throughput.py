@@ -140,6 +140,10 @@ EPOCHS_CACHING = "processor_api epochs caching (diagnostic)"
 EPOCHS_JVM_DEFAULTS = "processor_api epochs JVM defaults (diagnostic)"
 #: One core, as the hand loop has: ``--master local[1]`` (one worker running every task).
 EPOCHS_ONE_CORE = "processor_api epochs local[1]"
+#: Three workers on ``local[2]`` (``num.stream.threads=3``; the runner sizes the master to
+#: ``local[3]``): one task each over 3 equal partitions, against the default's 2 + 1 on two
+#: workers (issue 35's balance question; the two cores are shared by three hosts).
+EPOCHS_THREE_WORKERS = "processor_api epochs 3 workers"
 JVM_DEFAULTS_ENV = {"PROCESSOR_API_DRIVER_JAVA_OPTIONS": " "}
 
 #: Extra run-topology arguments and environment of each run-topology contender.
@@ -152,6 +156,7 @@ PROCESSOR_API_VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str] | None]]
     EPOCHS_CACHING: (("--topology-arg", "caching=true"), None),
     EPOCHS_JVM_DEFAULTS: ((), JVM_DEFAULTS_ENV),
     EPOCHS_ONE_CORE: (("--master", "local[1]"), None),
+    EPOCHS_THREE_WORKERS: (("--config", "num.stream.threads=3"), None),
 }
 
 
@@ -355,6 +360,7 @@ def contenders(
             EPOCHS_CACHING: "processor_api_epochs_caching",
             EPOCHS_JVM_DEFAULTS: "processor_api_epochs_jvm_defaults",
             EPOCHS_ONE_CORE: "processor_api_epochs_local1",
+            EPOCHS_THREE_WORKERS: "processor_api_epochs_3_workers",
         }[name]
         if name in (EPOCHS_BEFORE, EPOCHS_BEFORE_ONE_CORE):
             cmd, env, cwd = (

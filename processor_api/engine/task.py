@@ -323,7 +323,11 @@ class Task:
             undo.clear()
         graph = self.graph
         try:
-            graph.forward(queue.node, record, None)
+            # graph.forward(queue.node, record, None) without its checks: the record is the
+            # queue's own Record and a source forwards to all its children
+            deliver = graph.deliver
+            for target in queue.node.children:
+                deliver(target, record)
         except ProcessingError as error:
             failed, graph.failed_record = graph.failed_record, None
             self.errors.on_processing_error(error, raw, record if failed is None else failed)

@@ -306,6 +306,8 @@ class ContinuousInput:
         bounds = self._bounds
         read_end = self.read_end
         not_available = TIMESTAMP_NOT_AVAILABLE
+        partition = self.partition
+        eof = self._eof
         for message in messages:
             error = message.error()
             topic = message.topic()
@@ -327,7 +329,7 @@ class ContinuousInput:
             append(
                 InputRecord(
                     topic,
-                    self.partition,
+                    partition,
                     offset,
                     -1 if kind == not_available else timestamp,
                     message.key(),
@@ -336,7 +338,7 @@ class ContinuousInput:
                 )
             )
             read_end[topic] = offset + 1
-            self._eof[topic] = False
+            eof[topic] = False
         return records
 
     def _on_error(self, topic: str, message: Any, error: KafkaError) -> None:

@@ -149,3 +149,13 @@ class InnerLayer:
     def create_checkpoint(self, path: Path) -> None:
         """Checkpoint the inner store."""
         self.inner.create_checkpoint(path)
+
+
+def open_state_source(layer: Any) -> Any:
+    """The layer of a stack whose ``is_open`` is ``layer``'s: ``layer`` itself, or the first
+    layer below it that is not an :class:`InnerLayer` keeping the inherited ``is_open``
+    (which is its inner store's by definition). Checking that one layer is the same check
+    as going down the stack, one property call per layer fewer."""
+    while isinstance(layer, InnerLayer) and type(layer).is_open is InnerLayer.is_open:
+        layer = layer.inner
+    return layer

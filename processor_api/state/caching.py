@@ -59,7 +59,8 @@ class CachingBytesStore(BytesStore):
         Safe from another thread while the owner writes (interactive queries read so): one
         dict lookup, and a write-back fills ``inner`` before it drops the dirty entries, so a
         key is always found in one layer or the other, with its old or its new value."""
-        self._check_open()
+        if not self._open or not self.inner.is_open:  # is_open inlined: once per record
+            self._check_open()
         value = self._dirty.get(key, _ABSENT)
         if value is not _ABSENT:
             return value  # type: ignore[return-value]
@@ -73,7 +74,8 @@ class CachingBytesStore(BytesStore):
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Cache ``value`` under ``key`` (``None`` caches a delete); evict when over capacity."""
-        self._check_open()
+        if not self._open or not self.inner.is_open:
+            self._check_open()
         self._write(key, value)
         if len(self._dirty) > self.max_entries:
             self._evict()

@@ -29,7 +29,9 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
         self.name = inner.name
         self.timestamp_fn = timestamp_fn
         self._changes: list[ChangeRecord] = []
-        self._last: dict[bytes, ChangeRecord] | None = None  # see keep_last_per_key
+        # see keep_last_per_key: key -> (value, timestamp) of its last write; the
+        # ChangeRecord is made once per key at drain time, not once per write
+        self._last: dict[bytes, tuple[bytes | None, int]] | None = None
 
     def keep_last_per_key(self) -> None:
         """From now on keep only each key's last change, in the order of those last writes.
@@ -54,7 +56,7 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
         """Return the pending change records, oldest first, and forget them."""
         if self._last is not None:
             last, self._last = self._last, {}
-            return list(last.values())
+            return [ChangeRecord(key, value, ts) for key, (value, ts) in last.items()]
         changes, self._changes = self._changes, []
         return changes
 
@@ -64,7 +66,7 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
             self._changes.append(ChangeRecord(key, value, timestamp))
         else:
             last.pop(key, None)  # re-inserted: the order of last writes
-            last[key] = ChangeRecord(key, value, timestamp)
+            last[key] = (value, timestamp)
 
     def get(self, key: bytes) -> bytes | None:
         """Read from the inner store."""
@@ -73,7 +75,12 @@ class ChangeLoggingBytesStore(InnerLayer, BytesStore):
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write to the inner store and record the change (``None``: tombstone)."""
         self.inner.put(key, value)
-        self._record(key, value, self.timestamp_fn())
+        last = self._last  # _record inlined: once per record on the engine's path
+        if last is None:
+            self._changes.append(ChangeRecord(key, value, self.timestamp_fn()))
+        else:
+            last.pop(key, None)
+            last[key] = (value, self.timestamp_fn())
 
     def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Write all entries with one inner ``put_all`` and record each, in order."""

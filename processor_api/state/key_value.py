@@ -133,18 +133,26 @@ class KeyValueStore(TypedStore):
 
     def get(self, key: Any) -> Any:
         """Return the value stored under ``key``, or ``None`` if there is none."""
-        self._check_open()
-        key_bytes = self._serialize_key(key)
+        # The checks and serde calls of the helpers inlined: get and put run once or twice
+        # per record on the engine's path.
+        if not self._open or not self._open_source.is_open:
+            self._check_open()
+        if key is None:
+            self._serialize_key(key)  # raises
+        key_bytes = self.key_serde.serialize(key)
         value_bytes = self.bytes_store.get(key_bytes)
         self._last_key = key_bytes
         self._last_value = value_bytes
-        return self._deserialize_value(value_bytes)
+        return self.value_serde.deserialize(value_bytes)
 
     def put(self, key: Any, value: Any) -> None:
         """Store ``value`` under ``key``; ``value=None`` deletes the key."""
-        self._check_open()
-        key_bytes = self._serialize_key(key)
-        value_bytes = self._serialize_value(value)
+        if not self._open or not self._open_source.is_open:
+            self._check_open()
+        if key is None:
+            self._serialize_key(key)  # raises
+        key_bytes = self.key_serde.serialize(key)
+        value_bytes = self.value_serde.serialize(value)
         undo = self._undo
         if undo is not None:
             if key_bytes == self._last_key:  # read-modify-write: the value get() read

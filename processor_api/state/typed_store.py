@@ -7,6 +7,7 @@ from typing import Any
 
 from processor_api.errors import StoreError
 from processor_api.serde import Serde
+from processor_api.state.base import open_state_source
 
 
 def check_time(store: str, what: str, value: Any) -> int:
@@ -31,6 +32,8 @@ class TypedStore:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._open = True
+        # bytes_store.is_open without the layers that only pass it on (checked per call)
+        self._open_source = open_state_source(bytes_store)
 
     @property
     def name(self) -> str:
@@ -45,10 +48,10 @@ class TypedStore:
     @property
     def is_open(self) -> bool:
         """True until :meth:`close`."""
-        return self._open and self.bytes_store.is_open
+        return self._open and self._open_source.is_open
 
     def _check_open(self) -> None:
-        if not self.is_open:
+        if not self._open or not self._open_source.is_open:
             raise StoreError(f"state store {self._name!r} is closed")
 
     def _key_bytes(self, key: Any, what: str = "key") -> bytes:

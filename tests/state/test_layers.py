@@ -234,3 +234,48 @@ def test_a_task_s_stores_keep_only_last_changes(tmp_path):
         stack.store.put("k", i)
     assert stack.changelog.pending_change_count == 1
     stores.close()
+
+
+@pytest.mark.parametrize("closed", ["buffer", "innermost"])
+def test_a_typed_store_is_closed_when_a_layer_below_its_change_log_is(tmp_path, closed):
+    """The typed store checks one layer for the whole stack (below the change log, which
+    only passes ``is_open`` on); closing a layer under it, as ``TaskStores`` closes a
+    buffer, closes the store for every call."""
+    from processor_api.state.batch_buffer import BatchBufferBytesStore
+
+    raw = RocksDBBytesStore("counts", tmp_path)
+    buffer = BatchBufferBytesStore(raw)
+    stack = _builder("rocksdb").build(inner=buffer)
+    store = stack.store
+    store.put("a", 1)
+    assert store.is_open and store.get("a") == 1
+    (buffer if closed == "buffer" else raw).close()
+    assert not store.is_open and not stack.changelog.is_open
+    with pytest.raises(StoreError, match="'counts' is closed"):
+        store.get("a")
+    with pytest.raises(StoreError, match="'counts' is closed"):
+        store.put("a", 2)
+    if closed == "innermost":
+        with pytest.raises(StoreError, match="'counts' is closed"):
+            buffer.get(b"a")  # its own check sees the store below it closed
+    assert stack.changelog.drain_changes() == [ChangeRecord(b"a", Serdes.long().serialize(1), 0)]
+
+
+def test_a_layer_with_its_own_open_state_is_asked(tmp_path):
+    """A layer that overrides ``is_open`` (not only passing its inner store's on) is the
+    one the typed store asks."""
+
+    class Unplugged(ChangeLoggingBytesStore):
+        plugged = True
+
+        @property
+        def is_open(self) -> bool:
+            return self.plugged and self.inner.is_open
+
+    layer = Unplugged(InMemoryBytesStore("counts"))
+    store = KeyValueStore("counts", layer, Serdes.string(), Serdes.long())
+    store.put("a", 1)
+    layer.plugged = False
+    assert not store.is_open
+    with pytest.raises(StoreError, match="'counts' is closed"):
+        store.get("a")
