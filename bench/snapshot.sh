@@ -22,6 +22,7 @@ git -C "$repo" archive HEAD | tar -x -C "$snap"
 rm -rf "$snap/bench"
 mkdir -p "$snap/bench"
 cp "$repo"/bench/*.py "$repo"/bench/*.sh "$snap/bench/"
+cp -r "$repo/bench/reports" "$snap/bench/"  # the report sections bench.run writes at its end
 cp "$repo/topologies/count_per_key.py" "$snap/topologies/"
 cd "$snap"
 export PYTHONPATH="$snap${PYTHONPATH:+:$PYTHONPATH}"
