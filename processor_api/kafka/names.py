@@ -18,6 +18,12 @@ def transactional_id(application_id: str, task_id: str) -> str:
     return f"{application_id}-{task_id}"
 
 
+def worker_transactional_id(application_id: str, worker: str) -> str:
+    """The transactional id of a worker's producer (exactly-once): every host of the worker,
+    wherever Spark runs it, fences the previous ones with it."""
+    return f"{application_id}-{worker}"
+
+
 def metrics_topic(application_id: str) -> str:
     """The topic the worker hosts send their metrics reports to (``run-topology --metrics-port``)."""
     return f"{application_id}-metrics"

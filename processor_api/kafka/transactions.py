@@ -173,3 +173,26 @@ class TransactionalProducers:
                 cached[0].producer.flush(1)
             except Exception:  # a fenced producer may refuse anything
                 pass
+
+
+def fence_transactional_ids(
+    bootstrap_servers: str,
+    txn_ids: list[str],
+    *,
+    kafka: KafkaClientConfig | None = None,
+    producer_config: dict | None = None,
+    timeout_s: float = INIT_TIMEOUT_S,
+) -> None:
+    """Fence every producer of ``txn_ids``: an ``init_transactions`` of each aborts its open
+    transaction and makes its next produce or commit fail (the driver, for the workers that
+    lose tasks between runs: a stalled host of an earlier run cannot commit for them)."""
+    for txn_id in txn_ids:
+        producer = make_producer(
+            bootstrap_servers, transactional_id=txn_id, extra_config=producer_config, kafka=kafka
+        )
+        transaction_step(
+            "init_transactions", txn_id, bootstrap_servers, timeout_s,
+            lambda producer=producer: producer.init_transactions(timeout_s),  # type: ignore[misc]
+        )  # fmt: skip
+        producer.flush(timeout_s)
+        _log.info("transactional_id_fenced", transactional_id=txn_id)

@@ -114,6 +114,19 @@ class _CommitInFlight:
 
 
 @dataclass
+class _StagedCommit:
+    """A task's part of its worker's transaction being committed (``worker_transaction.py``)."""
+
+    started: float  # monotonic
+    changelog_records: int
+    dropped_before: int  # records dropped by the production handler before the commit
+    step_ends: list[float]
+    offsets: dict[tuple[str, int], int] | None = None  # the group offsets (after mark)
+    positions: dict[str, int] | None = None  # the changelog offsets (after mark)
+    marked: TaskMetadata | None = None  # the metadata its marker carries (after mark)
+
+
+@dataclass
 class _Epoch:
     """The epoch a task is in."""
 
@@ -287,7 +300,7 @@ class EpochTaskRunner(TaskRunner):
             if not control.connected() or control.release_requested():
                 if control.connected():  # released: a clean close, its last commit snapshotted
                     self._snapshot_on_close()
-                dropped = self._abandon_batch() if self._task is not None else 0
+                dropped = self._release_batch() if self._task is not None else 0
                 raise EpochAbandoned(
                     f"task {self.task_id}: {exc}; {dropped} uncommitted store writes dropped"
                 ) from None
@@ -328,11 +341,18 @@ class EpochTaskRunner(TaskRunner):
     def _turn(self, epoch: _Epoch, wait_s: float, commit_at: float) -> TurnOutcome:
         control = epoch.control
         if not control.connected() or control.release_requested():
-            dropped = self._abandon_batch()
+            dropped = self._release_batch() if self._task is not None else 0
             raise EpochAbandoned(
                 f"task {self.task_id}: the Spark task of epoch {epoch.request.epoch} is gone; "
                 f"{dropped} uncommitted store writes dropped"
             )
+        if self._shared is not None:
+            if self._task is None:
+                # another task's failure or departure aborted the worker's transaction: the
+                # task is rebuilt from its last commit and does again what it had not committed
+                self._rebuild_in_epoch(epoch)
+            elif not self._batch_open:  # another task's turn committed the transaction
+                self._open_batch()
         task, stream = self._task, self._stream
         assert task is not None and stream is not None
         if self._in_flight is not None:
@@ -365,15 +385,19 @@ class EpochTaskRunner(TaskRunner):
             # the commit dropped the task: rebuilt from its last commit with a new producer
             # (fencing the wedged one), it does again what was not committed
             self._log.warning("transaction_abandoned", detail=str(exc))
-            self._resume(self._last_commit_json)
-            reopened = self._stream
-            assert reopened is not None
-            reopened.set_bounds(self._bounds(epoch.request.end))
-            self._open_batch()
+            self._rebuild_in_epoch(epoch)
             return TurnOutcome(finished=False, busy=True)
         if not finished:
             self._open_batch()
         return TurnOutcome(finished=finished, busy=busy or committed)
+
+    def _rebuild_in_epoch(self, epoch: _Epoch) -> None:
+        """Rebuild the task from its last commit and go on with the epoch."""
+        self._resume(self._last_commit_json)
+        reopened = self._stream
+        assert reopened is not None
+        reopened.set_bounds(self._bounds(epoch.request.end))
+        self._open_batch()
 
     @staticmethod
     def _input_lag(stream: ContinuousInput) -> int | None:
@@ -478,6 +502,9 @@ class EpochTaskRunner(TaskRunner):
     # ----------------------------------------------------------------- commit
     def _commit(self) -> None:
         """Make what the task did since the last commit durable, in Kafka Streams' order."""
+        if self._shared is not None:
+            self._commit_worker_transaction()
+            return
         task, stores, collector = self._task, self._stores, self._collector
         failures, stream = self._delivery_failures, self._stream
         assert task is not None and stores is not None and collector is not None
@@ -515,6 +542,101 @@ class EpochTaskRunner(TaskRunner):
         self._batch_open = False
         self._dirty = False
         self._remember_commit(metadata, changelog_count, dropped_before, started, step_ends)
+
+    # ---------------------------------------- commit in the worker's transaction
+    def _commit_worker_transaction(self) -> None:
+        """Commit the worker's transaction: this task's work and every other task's in it
+        (Kafka Streams' ``commitAll`` under exactly_once_v2; ``worker_transaction.py``)."""
+        assert self._shared is not None
+        try:
+            self._shared.transaction.commit(self._patience)
+        except WaitInterrupted:
+            raise  # the epoch ends without this commit (the transaction is aborted)
+        except BaseException:
+            self._log.warning("task_commit_failed", buffered_writes_dropped=self._abandon_batch())
+            raise
+
+    def stage_commit(self) -> _StagedCommit | None:
+        """Commit step 1 in the worker's transaction: the store caches flushed, their
+        changelog records produced; None: nothing to commit."""
+        task, collector, failures = self._task, self._collector, self._delivery_failures
+        if task is None or not self._dirty:
+            return None
+        assert collector is not None and failures is not None
+        started = time.monotonic()
+        dropped_before = failures.dropped
+        changelog_count = self._produce_changelogs(task, collector)
+        return _StagedCommit(started, changelog_count, dropped_before, [time.monotonic()])
+
+    def mark_commit(self, staged: _StagedCommit) -> None:
+        """Commit steps 2-4: every record acknowledged (failures to the production handler),
+        the changelog offsets taken, the commit marker sent into the transaction."""
+        task, failures, stream = self._task, self._delivery_failures, self._stream
+        assert task is not None and failures is not None and stream is not None
+        self._guarantee.flush(failures)
+        staged.step_ends.append(time.monotonic())
+        positions = self._acked_changelog_positions(task)
+        task.set_changelog_offsets(positions)
+        last = self._committed
+        assert last is not None, "a live task has a last commit"
+        metadata = replace(task.metadata(), commit=last.metadata.commit)
+        staged.offsets = self._group_offsets(task, stream)
+        staged.positions = positions
+        staged.marked = self._guarantee.commit(metadata, staged.offsets)
+
+    def complete_commit(self, staged: _StagedCommit | None) -> None:
+        """The worker's transaction committed: the buffered store writes applied, the commit
+        remembered (``staged`` None: the task had nothing in it)."""
+        self._batch_open = False
+        if staged is None:
+            return
+        stores, shared = self._stores, self._shared
+        assert stores is not None and shared is not None
+        assert staged.marked is not None and staged.positions is not None
+        metadata = shared.committed(staged.marked)
+        staged.step_ends.append(time.monotonic())
+        stores.commit(staged.positions)
+        staged.step_ends.append(time.monotonic())
+        self._dirty = False
+        self._remember_commit(
+            metadata, staged.changelog_records, staged.dropped_before, staged.started,
+            staged.step_ends,
+        )  # fmt: skip
+
+    def transaction_aborted(self) -> None:
+        """Another task's failure or departure aborted the worker's transaction: drop what
+        this task did since its last commit (it is rebuilt from there)."""
+        if self._task is None:
+            return
+        stores = self._stores
+        dropped = stores.discard() if stores is not None else 0
+        self._batch_open = False
+        self._in_flight = None
+        self._dirty = False
+        self._drop_task()
+        self._log.info(
+            "uncommitted_work_dropped",
+            buffered_writes_dropped=dropped,
+            detail="the worker's transaction was aborted",
+        )
+
+    def _abandon_open_batch(self) -> None:
+        if self._batch_open:
+            dropped = self._release_batch()
+            self._log.info("uncommitted_work_dropped", buffered_writes_dropped=dropped)
+
+    def _release_batch(self) -> int:
+        """Drop the task where nothing failed (it is released or closed); returns the buffered
+        store writes dropped. In the worker's transaction a task that did nothing since its
+        last commit leaves it without aborting the other tasks' work."""
+        if self._shared is not None and self._task is not None and not self._dirty:
+            stores = self._stores
+            dropped = stores.discard() if stores is not None else 0
+            self._batch_open = False
+            self._shared.transaction.leave(self.task_id)
+            self._drop_task()
+            return dropped
+        return self._abandon_batch()
 
     def _remember_commit(
         self,

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.errors import ProducerWedgedError
@@ -214,6 +214,54 @@ def commit_group(
     )
 
 
+def transaction_call(
+    step: str,
+    txn_id: str,
+    bootstrap_servers: str,
+    patience: Patience | None,
+    timeout_s: float,
+    call: Callable[[float], None],
+) -> None:
+    """One transaction call (given its timeout); with ``patience`` a timed-out call is made
+    again (librdkafka allows it for retriable errors) until ``task.timeout.ms`` ran out,
+    without it one try of ``timeout_s``."""
+    if patience is None:
+        transaction_step(
+            step, txn_id, bootstrap_servers, timeout_s, lambda: call(timeout_s)
+        )  # fmt: skip
+        return
+    patience.call(
+        "transactional producer",
+        f"{step} of transactional id {txn_id!r}",
+        lambda: transaction_step(
+            step, txn_id, bootstrap_servers, COMMIT_STEP_S, lambda: call(COMMIT_STEP_S)
+        ),
+        step_s=COMMIT_STEP_S,
+    )
+
+
+def send_offsets_guarded(
+    producer: Any,
+    offsets: dict[tuple[str, int], int],
+    group_metadata: object,
+    txn_id: str,
+    bootstrap_servers: str,
+) -> Callable[[float], None]:
+    """``send_offsets_to_transaction`` as a :func:`transaction_call`, given up as wedged
+    (:class:`ProducerWedgedError`) when it does not return (see ``WEDGED_AFTER_S``)."""
+    partitions = to_topic_partitions(offsets)
+
+    def call(timeout_s: float) -> None:
+        returning_within(
+            timeout_s + WEDGED_AFTER_S,
+            lambda: producer.send_offsets_to_transaction(partitions, group_metadata, timeout_s),
+            f"send_offsets_to_transaction of transactional id {txn_id!r} on "
+            f"{bootstrap_servers} (timeout {timeout_s:g}s)",
+        )
+
+    return call
+
+
 def make_guarantee(exactly_once: bool, settings: TaskCommitSettings) -> Guarantee:
     """The strategy for the configured processing guarantee."""
     return ExactlyOnce(settings) if exactly_once else AtLeastOnce(settings)
@@ -287,7 +335,7 @@ class AtLeastOnce:
         self._tracker = None
 
 
-def _returning_within(limit_s: float, call: Callable[[], None], what: str) -> None:
+def returning_within(limit_s: float, call: Callable[[], None], what: str) -> None:
     """``call()`` in a thread of its own; :class:`ProducerWedgedError` when it has not
     returned after ``limit_s`` (the thread stays blocked in librdkafka: the producer is given
     up and the next one fences it)."""
@@ -392,16 +440,14 @@ class ExactlyOnce:
         wait_acknowledged(tracker, self._patience, self._flush_timeout_s)
         marker_end = self._markers.end_after_ack(tracker)
         if offsets:
-            group_metadata = self._group.group_metadata()
             self._transaction_call(
                 "send_offsets_to_transaction",
-                lambda timeout_s: _returning_within(
-                    timeout_s + WEDGED_AFTER_S,
-                    lambda: tracker.producer.send_offsets_to_transaction(
-                        to_topic_partitions(offsets), group_metadata, timeout_s
-                    ),
-                    f"send_offsets_to_transaction of transactional id {self._txn_id!r} on "
-                    f"{self._bootstrap} (timeout {timeout_s:g}s)",
+                send_offsets_guarded(
+                    tracker.producer,
+                    offsets,
+                    self._group.group_metadata(),
+                    self._txn_id,
+                    self._bootstrap,
                 ),
             )
         self._transaction_call(
@@ -412,21 +458,8 @@ class ExactlyOnce:
         return replace(marked, commit=replace(marked.commit, marker_end=marker_end))
 
     def _transaction_call(self, step: str, call: Callable[[float], None]) -> None:
-        """One transaction call; with patience a timed-out call is made again (librdkafka
-        allows it for retriable errors) until ``task.timeout.ms`` ran out."""
-        if self._patience is None:
-            transaction_step(
-                step, self._txn_id, self._bootstrap, self._flush_timeout_s,
-                lambda: call(self._flush_timeout_s),
-            )  # fmt: skip
-            return
-        self._patience.call(
-            "transactional producer",
-            f"{step} of transactional id {self._txn_id!r}",
-            lambda: transaction_step(
-                step, self._txn_id, self._bootstrap, COMMIT_STEP_S, lambda: call(COMMIT_STEP_S)
-            ),
-            step_s=COMMIT_STEP_S,
+        transaction_call(
+            step, self._txn_id, self._bootstrap, self._patience, self._flush_timeout_s, call
         )
 
     def _end(self, call: Callable[[], None]) -> None:

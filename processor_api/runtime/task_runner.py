@@ -45,6 +45,7 @@ from processor_api.runtime.off_loop_reads import answer_point_read
 from processor_api.runtime.patience import Patience
 from processor_api.runtime.query_link import TaskStoreReader
 from processor_api.runtime.worker_globals import WorkerGlobalStores
+from processor_api.runtime.worker_transaction import SharedExactlyOnce, WorkerTransaction
 from processor_api.state.locks import TaskLock
 from processor_api.state.manager import TaskStores, task_directory
 from processor_api.state.snapshots import TaskSnapshots
@@ -78,6 +79,15 @@ class LastCommit:
         return cls(metadata, metadata.to_json())
 
 
+def delivery_timeout_ms(config: StreamsConfig) -> int:
+    """How long the producer retries a record (``message.timeout.ms``): past every wait of a
+    commit (see ``DELIVERY_MARGIN_MS``), within what a broker allows a transaction."""
+    return min(
+        config.task_timeout_ms + config.commit_interval + DELIVERY_MARGIN_MS,
+        MAX_TRANSACTION_TIMEOUT_MS,
+    )
+
+
 class TaskRunner:
     """One task while this process owns it (see the module docs)."""
 
@@ -89,6 +99,7 @@ class TaskRunner:
         lock: TaskLock,
         *,
         shared_global: WorkerGlobalStores | None = None,
+        shared_transaction: WorkerTransaction | None = None,
     ) -> None:
         self.spec = spec
         self.task_id = task_id
@@ -123,7 +134,9 @@ class TaskRunner:
         self.alive_at = time.monotonic()
         self._chunk = FIRST_CHUNK
         self._unfinished = False  # records left because a commit or punctuation came due
-        self._guarantee = self._make_guarantee()
+        #: exactly-once in a worker host: the worker's transaction, shared by its tasks
+        self._shared: SharedExactlyOnce | None = None
+        self._guarantee = self._make_guarantee(shared_transaction)
         self._task: Task | None = None
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
@@ -154,7 +167,7 @@ class TaskRunner:
         self.between_chunks: Callable[[], None] | None = None
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
-    def _make_guarantee(self) -> Guarantee:
+    def _make_guarantee(self, shared_transaction: WorkerTransaction | None) -> Guarantee:
         spec = self.spec
         settings = TaskCommitSettings(
             bootstrap_servers=spec.bootstrap_servers,
@@ -166,11 +179,11 @@ class TaskRunner:
             directory=self.directory,
             kafka=spec.kafka,
             patience=self._patience,
-            message_timeout_ms=min(
-                self.config.task_timeout_ms + self.config.commit_interval + DELIVERY_MARGIN_MS,
-                MAX_TRANSACTION_TIMEOUT_MS,
-            ),
+            message_timeout_ms=delivery_timeout_ms(self.config),
         )
+        if self.config.exactly_once and shared_transaction is not None:
+            self._shared = SharedExactlyOnce(settings, shared_transaction, self)  # type: ignore[arg-type]
+            return self._shared
         return make_guarantee(self.config.exactly_once, settings)
 
     def _process(self, task: Task, records: list[Any], busy_until: float) -> tuple[int, bool]:

@@ -85,7 +85,9 @@ from processor_api.runtime.protocol import (
     WorkerEpochRequest,
 )
 from processor_api.runtime.query_link import QueryLink
+from processor_api.runtime.task_runner import delivery_timeout_ms
 from processor_api.runtime.worker_globals import WorkerGlobalStores, worker_global_directory
+from processor_api.runtime.worker_transaction import WorkerTransaction
 from processor_api.state.locks import LOCK_TIMEOUT_S, TaskLock
 from processor_api.state.manager import remove_leftovers, task_directory
 from processor_api.state.rocksdb import RocksDBMemory, configure_memory
@@ -117,6 +119,8 @@ class WorkerHost:
         self._queries: QueryLink | None = None  # the run serves interactive queries
         #: the worker's copy of the global stores, shared by its tasks (opened by the first)
         self._globals: WorkerGlobalStores | None = None
+        #: exactly-once: the worker's transactional producer, shared by its tasks
+        self._transaction: WorkerTransaction | None = None
         self._query_woken = threading.Event()  # a query waits: the loop does not wait
         self.idle = False  # the main thread waits for a request (no loop runs)
         self.wake_main: Callable[[], None] = lambda: None  # set by serve()
@@ -453,6 +457,7 @@ class WorkerHost:
                 lock,
                 shared_input=self._input,
                 shared_global=self._worker_globals(spec, worker),
+                shared_transaction=self._worker_transaction(spec, worker),
             )
         except BaseException:
             lock.__exit__(None, None, None)
@@ -476,6 +481,35 @@ class WorkerHost:
             directory = worker_global_directory(spec.executor_state_dir, app, worker)
             self._globals = WorkerGlobalStores(directory, worker)
         return self._globals
+
+    def _worker_transaction(self, spec: JobSpec, worker: str) -> WorkerTransaction | None:
+        """Under exactly-once, the worker's producer and transaction (one for its tasks)."""
+        config = StreamsConfig.from_dict(spec.config)
+        if not config.exactly_once:
+            return None
+        transaction = self._transaction
+        if transaction is not None and transaction.worker != worker:
+            self._log.warning(
+                "worker_changed",
+                previous=transaction.worker,
+                worker=worker,
+                detail="a host serves one worker; its tasks of the other are closed",
+            )
+            for task_id in list(self.runners):
+                self._close_task(task_id, reason=f"the host now serves worker {worker}")
+            transaction.close()
+            transaction = None
+        if transaction is None:
+            transaction = self._transaction = WorkerTransaction(
+                spec.bootstrap_servers,
+                config.application_id,
+                worker,
+                producer_config=spec.producer_config,
+                kafka=spec.kafka,
+                flush_timeout_s=spec.flush_timeout_s,
+                message_timeout_ms=delivery_timeout_ms(config),
+            )
+        return transaction
 
     def _take_lock(self, directory: Path, task_id: str) -> TaskLock:
         """The task directory's lock; a worker elsewhere on this machine is asked to let go."""
@@ -597,6 +631,9 @@ class WorkerHost:
             globals_, self._globals = self._globals, None
             if globals_ is not None:
                 globals_.close()
+            transaction, self._transaction = self._transaction, None
+            if transaction is not None:
+                transaction.close()
         finally:
             self._spec = None
             self._metrics = {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from processor_api.spark.checkpoint_files import CheckpointFiles, as_checkpoint
@@ -82,8 +82,11 @@ def load_or_assign(
     task_ids: Sequence[str],
     workers: Sequence[str],
     stateful: Collection[str],
+    before_recording: Callable[[Mapping[str, str], Assignment], None] | None = None,
 ) -> Assignment:
-    """The run's assignment, sticky to the one recorded in the checkpoint, recorded there."""
+    """The run's assignment, sticky to the one recorded in the checkpoint, recorded there;
+    ``before_recording(previous, assignment)`` (``previous``: each task's worker in the
+    recorded one) is called before it is recorded."""
     files = as_checkpoint(checkpoint)
     text = files.read_text(ASSIGNMENT_FILE)
     previous: dict[str, str] = {}
@@ -91,8 +94,16 @@ def load_or_assign(
         recorded = json.loads(text).get("workers", {})
         previous = {task: worker for worker, tasks in recorded.items() for task in tasks}
     assignment = assign_tasks(task_ids, workers, stateful, previous)
+    if before_recording is not None:
+        before_recording(previous, assignment)
     files.write_text(
         ASSIGNMENT_FILE,
         json.dumps({"workers": {w: list(t) for w, t in assignment.items()}}, indent=1) + "\n",
     )
     return assignment
+
+
+def moved_from(previous: Mapping[str, str], assignment: Assignment) -> list[str]:
+    """The workers of ``previous`` that had a task which ``assignment`` gives another one."""
+    now = {task: worker for worker, tasks in assignment.items() for task in tasks}
+    return sorted({worker for task, worker in previous.items() if now.get(task) != worker})

@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -381,7 +381,7 @@ class TopologyRunner:
             for task_id in plan.task_ids
             if subtopologies[parse_task_id(task_id)[0]].store_names
         }
-        assignment = load_or_assign(files, plan.task_ids, ids, stateful)
+        assignment = load_or_assign(files, plan.task_ids, ids, stateful, self._fence_moved)
         group_keys = load_or_plan_group_keys(files, ids, partitions)
         topic_partitions = [
             (topic, p)
@@ -407,6 +407,26 @@ class TopologyRunner:
             caught_up=bounded_epochs,
         )
         return _Layout(ids, group_keys, spec, end, partitions)
+
+    def _fence_moved(
+        self, previous: Mapping[str, str], assignment: dict[str, tuple[str, ...]]
+    ) -> None:
+        """Exactly-once: fence the producers of the workers that lose tasks to others since
+        the last run, before any host of this run reads those tasks' commit markers (within
+        a run a worker's hosts fence each other with the worker's transactional id)."""
+        from processor_api.kafka.names import worker_transactional_id
+        from processor_api.kafka.transactions import fence_transactional_ids
+        from processor_api.spark.assignment import moved_from
+
+        if not self.config.exactly_once:
+            return
+        workers = moved_from(previous, assignment)
+        if workers:
+            fence_transactional_ids(
+                self.settings.bootstrap_servers,
+                [worker_transactional_id(self.config.application_id, w) for w in workers],
+                kafka=self.kafka,
+            )
 
     def _early_start_possible(self) -> bool:
         """Whether this run's driver starts the worker hosts itself (``early_start.py``):
