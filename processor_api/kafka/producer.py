@@ -554,6 +554,28 @@ class DeliveryTracker:
         with self._lock:
             return dict(self._acked)
 
+    def rebind(self, producer: Producer) -> None:
+        """Track ``producer`` from now on, forgetting every record sent so far: for a tracker
+        held by others (a task's collector) over a shared transactional producer whose
+        transaction was aborted (its records purged) or which was replaced. Reports of the
+        forgotten records go to queues nobody reads."""
+        with self._lock:
+            self._producer = producer
+            self._pending = 0
+            self._pending_by_topic = Counter()
+            self._delivered = 0
+            self._failed = 0
+            self._failures = []
+            self._acked = {}
+            self._unpolled = 0
+            self._reports = deque()
+            self._callback_errors = deque()
+            self._output_acked = {}
+            self._output_callbacks = {}
+            self._generation += 1
+            self._pending_by_generation = Counter()
+            self._on_delivery = self._delivery_callback(self._generation)
+
     def reset(self) -> None:
         """Forget errors and acknowledged offsets (e.g. at the start of a new batch).
 

@@ -1,4 +1,6 @@
-"""Exactly-once plumbing: one transactional producer per task.
+"""Exactly-once plumbing: one transactional producer per task (a task runner on its own; a
+worker host's tasks share the worker's, ``runtime/worker_transaction.py``), and the driver's
+fence of the workers that lose tasks between runs (:func:`fence_transactional_ids`).
 
 Under ``exactly_once_v2`` each task's work between two commits is one Kafka transaction with
 ``transactional.id = "<application.id>-<task>"`` (stable per task, so a restarted attempt

@@ -444,6 +444,12 @@ class EpochTaskRunner(TaskRunner):
         self._in_flight = None
         return super()._abandon_batch()
 
+    def ran_elsewhere(self, state_json: str | None) -> bool:
+        """Whether the state Spark hands over is a commit of the task this host did not make
+        (another host ran the task since this one last committed it)."""
+        last = self._last_commit_json
+        return last is not None and state_json is not None and state_json != last
+
     def drop_uncommitted(self) -> bool:
         """Drop the task if it did anything since its last commit (the next epoch rebuilds it
         from the committed state); True if it did."""
@@ -605,8 +611,12 @@ class EpochTaskRunner(TaskRunner):
 
     def transaction_aborted(self) -> None:
         """Another task's failure or departure aborted the worker's transaction: drop what
-        this task did since its last commit (it is rebuilt from there)."""
+        this task did since its last commit (it is rebuilt from there); a task that did
+        nothing since only joins the next transaction."""
         if self._task is None:
+            return
+        if not self._dirty:
+            self._batch_open = False
             return
         stores = self._stores
         dropped = stores.discard() if stores is not None else 0

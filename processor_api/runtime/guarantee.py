@@ -24,7 +24,9 @@ processed again and the stores are brought to the marker's changelog offsets.
 * :class:`ExactlyOnce`: the batch's outputs, changelog records and a commit marker carrying
   the new task metadata form one Kafka transaction. A transactional producer per task (id
   ``<application.id>-<task>``) fences any older incarnation of the task when it starts; the
-  input offsets go into the transaction too (``send_offsets_to_transaction``).
+  input offsets go into the transaction too (``send_offsets_to_transaction``). That is the
+  guarantee of a task runner on its own; in a worker host the tasks share the worker's
+  producer and transaction (``worker_transaction.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the call forwards the epoch to this process, which runs every task assigned to t
 one poll loop: one consumer over all their partitions (``continuous_input.WorkerInput``),
 their commits at the same times. Everything Kafka Streams keeps per task stays per task (each
 task's ``EpochTaskRunner``: stream time, punctuation, ``max.task.idle.ms``, handlers, its
-producer and commit markers, restore, snapshots, metrics). Started by the first Spark Python
+commit markers, restore, snapshots, metrics); under exactly-once the tasks share the worker's
+transactional producer and commit in one transaction (``worker_transaction.py``). Started by the first Spark Python
 worker that runs the worker's epoch (``host_client.connect_or_start``) as
 ``python -m processor_api.runtime.worker_host NAME WORKER_KEY DAEMON_PID LOG_FORMAT`` (the
 key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
@@ -252,6 +253,12 @@ class WorkerHost:
         for task_id in [t for t in self.runners if t not in wanted]:
             self._close_task(task_id, reason="assigned to another worker")
         self.apply_releases()
+        if self._transaction is not None and any(
+            (runner := self.runners.get(task.task_id)) is not None
+            and runner.ran_elsewhere(task.state_json)
+            for task in request.tasks
+        ):
+            self._transaction.renew()
         replies: dict[str, EpochReply] = {}
         active: dict[str, EpochTaskRunner] = {}
         try:

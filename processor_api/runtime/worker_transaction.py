@@ -148,7 +148,8 @@ class WorkerTransaction:
             )
         self._producer = producer
         self._writer = uuid.uuid4().hex[:16]
-        self._trackers = {}
+        for tracker in self._trackers.values():  # the tasks' collectors hold them
+            tracker.rebind(producer)
         self._log.info("transactional_producer_ready", transactional_id=self.txn_id)
 
     def tracker(self, task_id: str, patience: Patience | None) -> DeliveryTracker:
@@ -234,7 +235,6 @@ class WorkerTransaction:
         ``wedged``: the producer does not return from librdkafka and is given up."""
         participants, self._participants = self._participants, {}
         was_open, self._open = self._open, False
-        self._trackers = {}  # the aborted records' reports go to the old trackers
         if wedged:
             self._producer = None  # the next one fences it
         elif was_open and self._producer is not None:
@@ -251,9 +251,20 @@ class WorkerTransaction:
                     detail="the next producer of this transactional id aborts it",
                 )
                 self._drop_producer()
+        if self._producer is not None:  # the aborted records are forgotten (else at ready())
+            for tracker in self._trackers.values():
+                tracker.rebind(self._producer)
         for task_id, participant in participants.items():
             if task_id != cause:
                 participant.transaction_aborted()
+
+    def renew(self) -> None:
+        """A task comes back after another host of the worker ran it, whose producer has
+        fenced this one: abort the open transaction (its tasks drop their uncommitted work) and
+        make the next use initialize a new producer, fencing that host in turn."""
+        self._log.info("transactional_producer_renewed", transactional_id=self.txn_id)
+        self.abort()
+        self._drop_producer()
 
     def leave(self, task_id: str) -> None:
         """The task is dropped (its transaction aborted or committed before)."""

@@ -228,3 +228,33 @@ def test_the_driver_fences_a_worker_that_lost_tasks_between_runs(kafka):
     kept, aborted = committed_records(kafka.bootstrap_servers, topic)
     assert kept == [], "a fenced worker's records were committed"
     assert [r.key for r in aborted] == [b"late"]
+
+
+def test_a_worker_back_on_a_host_renews_its_producer_and_commits(kafka, tmp_path):
+    # two hosts of worker w0, as on two executors (each its own state directory): Spark runs
+    # the worker's epochs on A, B, A, B, each handed the state the other committed; A's
+    # producer was fenced by B's, so A must renew it (fencing B) before it commits again
+    run = WorkerRun(kafka, tmp_path / "executor-a")
+    host_b = WorkerHost(f"wtxn-b-{uuid.uuid4().hex}")
+    spec_b = JobSpec(**{**run.spec.__dict__, "state_dir": str(tmp_path / "executor-b")})
+    try:
+        states: dict[str, str | None] = dict.fromkeys(TASKS)
+        for epoch, host in enumerate([run.host, host_b, run.host, host_b], start=1):
+            run.produce(0, [f"a{epoch}"])
+            run.produce(1, [f"b{epoch}"])
+            spec = run.spec if host is run.host else spec_b
+            bounds = {(run.source, p): n for p, n in enumerate(run.sent)}
+            request = WorkerEpochRequest(
+                spec, "w0", tuple(TaskEpoch(t, states[t]) for t in TASKS), epoch,
+                EpochEnd(end_offsets=bounds),
+            )  # fmt: skip
+            reply = host._run_epoch(request, lambda: True)
+            assert reply is not None, f"epoch {epoch} was abandoned"
+            for task in TASKS:
+                assert reply.replies[task].processed == 1, (epoch, reply.replies[task])
+                states[task] = reply.replies[task].metadata_json
+        expected = [(f"{k}{e}", 1) for k in "ab" for e in range(1, 5)]
+        assert sorted(run.output()) == sorted(expected)
+    finally:
+        run.host.close()
+        host_b.close()
