@@ -13,6 +13,16 @@ last record it waits ``drain_s`` and counts what was read by then.
 
 ``--save NAME`` adds the run to ``bench/results/NAME-<date>.json`` (a list of runs).
 
+``--transactional W`` measures what an exactly-once application's output costs the broker
+alone: W transactional producers share the rate, each committing every ``--commit-ms``
+(at the same wall-clock multiples, as the runtime's workers commit on Tansu), each writing
+every partition (keys hashed by librdkafka's default partitioner: the common case of Python,
+Go and .NET producers feeding the application) or, with ``--own-partitions``, only partition
+``i % partitions``; the consumer reads ``read_committed``, so a record's latency is produced
+-> visible, including its wait for its transaction's commit.
+
+    python -m bench.broker_alone --rate 2000 --linger-ms 5 --seconds 60 --transactional 2
+
 Clock: producer and consumer share this process, so one clock.
 """
 
@@ -88,6 +98,9 @@ def run(
     partitions: int = 3,
     topic_config: dict[str, str] | None = None,
     consumer_config: dict[str, Any] | None = None,
+    transactional: int = 0,
+    commit_ms: float = 100.0,
+    own_partitions: bool = False,
 ) -> dict[str, Any]:
     """One run on a fresh broker; see the module docs for what it reports."""
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -117,6 +130,8 @@ def run(
                 "stats_cb": on_stats,
             }
         )
+        if transactional:
+            consumer_config = {"isolation.level": "read_committed", **(consumer_config or {})}
         consumer = Consumer(
             {
                 "bootstrap.servers": broker.bootstrap_servers,
@@ -147,7 +162,13 @@ def run(
         started = time.monotonic()
         sent = 0
         next_mark = 0.0
-        while True:
+        if transactional:
+            sent = _transactional_producers(
+                broker.bootstrap_servers, topic, rate, linger_ms, seconds, transactional,
+                commit_ms, partitions if own_partitions else None,
+            )  # fmt: skip
+            request_marks = [(started_wall, 0), (time.time(), 0)]
+        while not transactional:
             elapsed = time.monotonic() - started
             if elapsed >= seconds:
                 break
@@ -218,12 +239,89 @@ def run(
         "seconds": seconds,
         "partitions": partitions,
         "topic_config": topic_config or {},
+        "transactional_producers": transactional,
+        "commit_ms": commit_ms if transactional else None,
+        "own_partitions": own_partitions if transactional else None,
         "consumer_config": consumer_config or {},
         "produced": sent,
         f"read_within_{drain_s:g}s_of_the_end": read_by_drain,
         "windows": windows,
         "loadavg_1m_at_end": os.getloadavg()[0],
     }
+
+
+def _transactional_producers(
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    linger_ms: float,
+    seconds: float,
+    producers: int,
+    commit_ms: float,
+    own_partitions: int | None,
+) -> int:
+    """``producers`` transactional producers, each in a thread, sharing ``rate`` for
+    ``seconds`` and committing at every multiple of ``commit_ms`` of the wall clock; each
+    writes every partition (librdkafka's default partitioner) or, with ``own_partitions``
+    (the partition count), only its own. Returns the records committed."""
+    from confluent_kafka import Producer
+
+    value = b"v" * VALUE_BYTES
+    counts = [0] * producers
+    errors: list[BaseException] = []
+
+    def produce(index: int) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": linger_ms,
+                "transactional.id": f"alone-{uuid.uuid4().hex[:8]}-{index}",
+                "queue.buffering.max.messages": 2_000_000,
+            }
+        )
+        try:
+            producer.init_transactions(30)
+            share = rate / producers
+            started = time.monotonic()
+            interval_s = commit_ms / 1000
+            commit_at = (time.time() // interval_s + 1) * interval_s
+            producer.begin_transaction()
+            sent = in_transaction = 0
+            while time.monotonic() - started < seconds:
+                due = int(share * (time.monotonic() - started)) + 1
+                while sent < due:
+                    key = b"key-%05d" % ((sent * producers + index) % KEYS)
+                    partition = -1 if own_partitions is None else index % own_partitions
+                    try:
+                        producer.produce(
+                            topic, value, key, partition, timestamp=int(time.time() * 1000)
+                        )
+                    except BufferError:
+                        producer.poll(0.01)
+                        continue
+                    sent += 1
+                    in_transaction += 1
+                producer.poll(0)
+                if time.time() >= commit_at:
+                    producer.commit_transaction(30)
+                    counts[index] += in_transaction
+                    in_transaction = 0
+                    commit_at = (time.time() // interval_s + 1) * interval_s
+                    producer.begin_transaction()
+                time.sleep(0.002)
+            producer.commit_transaction(30)
+            counts[index] += in_transaction
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(i,), daemon=True) for i in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 120)
+    if errors:
+        raise RuntimeError(f"a transactional producer failed: {errors[0]!r}") from errors[0]
+    return sum(counts)
 
 
 def _save(name: str, result: dict[str, Any], command: str) -> Path:
@@ -267,6 +365,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--save", metavar="NAME", help="add the run to bench/results/NAME-<date>.json"
     )
+    parser.add_argument(
+        "--transactional", type=int, default=0, metavar="W", help="W transactional producers"
+    )
+    parser.add_argument("--commit-ms", type=float, default=100.0)
+    parser.add_argument(
+        "--own-partitions", action="store_true", help="producer i writes only partition i"
+    )
     args = parser.parse_args(argv)
 
     def pairs(items: list[str]) -> dict[str, str]:
@@ -284,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
         partitions=args.partitions,
         topic_config=pairs(args.topic_config),
         consumer_config=pairs(args.consumer_config),
+        transactional=args.transactional,
+        commit_ms=args.commit_ms,
+        own_partitions=args.own_partitions,
     )
     print(json.dumps(result, indent=1))
     if args.save:

@@ -112,8 +112,12 @@ def test_a_new_run_processes_before_its_first_epoch_and_stays_exact(kafka, tmp_p
     stop = run.wait_event("stop_requested", 0)
     rebuilt = [e.event for e in _before(run, stop) if e.name in REBUILD_EVENTS]
     assert rebuilt == [], rebuilt
-    producers = [e.event["task"] for e in run.events if e.name == "transactional_producer_ready"]
-    assert sorted(producers) == sorted(TASKS), producers
+    # one transactional producer per worker, made once (none renewed)
+    producers = [
+        e.event["transactional_id"] for e in run.events if e.name == "transactional_producer_ready"
+    ]
+    assert producers and len(set(producers)) == len(producers), producers
+    assert all(p.startswith(f"{app_id}-w") for p in producers), producers
     assert run.processed() == len(sales), "records processed twice or lost"
     _check_exact(bootstrap, topics, sales, state_dir, app_id)
 
