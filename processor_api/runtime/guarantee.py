@@ -269,12 +269,51 @@ def make_guarantee(exactly_once: bool, settings: TaskCommitSettings) -> Guarante
     return ExactlyOnce(settings) if exactly_once else AtLeastOnce(settings)
 
 
+class WorkerClients:
+    """At least once in a worker host: one producer and one group committer for all its
+    tasks (Kafka Streams' stream thread has one producer whatever the guarantee); each task
+    counts its own records through a :class:`DeliveryTracker` of its own over the producer."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        application_id: str,
+        worker: str,
+        *,
+        producer_config: dict | None = None,
+        kafka: KafkaClientConfig | None = None,
+        message_timeout_ms: int = DEFAULT_MESSAGE_TIMEOUT_MS,
+    ) -> None:
+        self.worker = worker
+        self.producer = make_producer(
+            bootstrap_servers,
+            extra_config=producer_config,
+            kafka=kafka,
+            message_timeout_ms=message_timeout_ms,
+        )
+        self.group = GroupCommitter(
+            bootstrap_servers, application_id, f"group-{worker}", kafka=kafka
+        )
+
+    def close(self) -> None:
+        """The host's run ended (its tasks closed, their commits acknowledged): records still
+        queued belong to no commit and are processed again by the next run, so they are
+        purged, as a task's own producer is when it is dropped."""
+        try:
+            self.producer.purge()
+            self.producer.flush(5)
+        except Exception:  # noqa: BLE001 - the producer may already be unusable
+            pass
+        finally:
+            self.group.close()
+
+
 class AtLeastOnce:
     """Durable once acknowledged: a re-run batch may send its records again."""
 
     isolation_level = "read_uncommitted"
 
-    def __init__(self, settings: TaskCommitSettings) -> None:
+    def __init__(self, settings: TaskCommitSettings, shared: WorkerClients | None = None) -> None:
         self._bootstrap = settings.bootstrap_servers
         self._config = settings.producer_config
         self._kafka = settings.kafka
@@ -283,11 +322,15 @@ class AtLeastOnce:
         self._message_timeout_ms = settings.message_timeout_ms
         self._tracker: DeliveryTracker | None = None
         self._markers = _commit_log(settings)
-        self._group = _group_committer(settings)
+        #: the worker's producer and group committer, or None: the task's own
+        self._shared = shared
+        self._group = shared.group if shared is not None else _group_committer(settings)
 
     @property
     def producer(self) -> DeliveryTracker:
-        if self._tracker is None:
+        if self._tracker is None and self._shared is not None:
+            self._tracker = DeliveryTracker(self._shared.producer)
+        elif self._tracker is None:
             self._tracker = DeliveryTracker(
                 make_producer(
                     self._bootstrap,
@@ -325,9 +368,16 @@ class AtLeastOnce:
 
     def close(self) -> None:
         self._drop_producer()
-        self._group.close()
+        if self._shared is None:
+            self._group.close()
 
     def _drop_producer(self) -> None:
+        if self._shared is not None:
+            # the worker's producer goes on for the other tasks: this task's records in
+            # flight are delivered (duplicates when its batch is processed again, as the
+            # guarantee allows) and their reports go to the forgotten tracker
+            self._tracker = None
+            return
         if self._tracker is not None:
             try:
                 self._tracker.producer.purge()

@@ -37,7 +37,13 @@ from processor_api.logging import get_logger
 from processor_api.restore_listener import StateRestoreListener, resolve_restore_listener
 from processor_api.runtime.delivery_failures import TaskDeliveryFailures
 from processor_api.runtime.global_stores import GlobalStores
-from processor_api.runtime.guarantee import Guarantee, TaskCommitSettings, make_guarantee
+from processor_api.runtime.guarantee import (
+    AtLeastOnce,
+    Guarantee,
+    TaskCommitSettings,
+    WorkerClients,
+    make_guarantee,
+)
 from processor_api.runtime.input_records import TaskInput
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.runtime.metrics import RestoreMetrics, TaskMetrics, store_sizes
@@ -100,6 +106,7 @@ class TaskRunner:
         *,
         shared_global: WorkerGlobalStores | None = None,
         shared_transaction: WorkerTransaction | None = None,
+        shared_clients: WorkerClients | None = None,
     ) -> None:
         self.spec = spec
         self.task_id = task_id
@@ -136,7 +143,7 @@ class TaskRunner:
         self._unfinished = False  # records left because a commit or punctuation came due
         #: exactly-once in a worker host: the worker's transaction, shared by its tasks
         self._shared: SharedExactlyOnce | None = None
-        self._guarantee = self._make_guarantee(shared_transaction)
+        self._guarantee = self._make_guarantee(shared_transaction, shared_clients)
         self._task: Task | None = None
         self._stores: TaskStores | None = None
         self._collector: KafkaCollector | None = None
@@ -167,7 +174,9 @@ class TaskRunner:
         self.between_chunks: Callable[[], None] | None = None
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
-    def _make_guarantee(self, shared_transaction: WorkerTransaction | None) -> Guarantee:
+    def _make_guarantee(
+        self, shared_transaction: WorkerTransaction | None, shared_clients: WorkerClients | None
+    ) -> Guarantee:
         spec = self.spec
         settings = TaskCommitSettings(
             bootstrap_servers=spec.bootstrap_servers,
@@ -184,6 +193,8 @@ class TaskRunner:
         if self.config.exactly_once and shared_transaction is not None:
             self._shared = SharedExactlyOnce(settings, shared_transaction, self)  # type: ignore[arg-type]
             return self._shared
+        if not self.config.exactly_once and shared_clients is not None:
+            return AtLeastOnce(settings, shared_clients)
         return make_guarantee(self.config.exactly_once, settings)
 
     def _process(self, task: Task, records: list[Any], busy_until: float) -> tuple[int, bool]:

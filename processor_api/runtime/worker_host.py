@@ -62,6 +62,7 @@ from processor_api.runtime.epoch_runner import (
     EpochControl,
     EpochTaskRunner,
 )
+from processor_api.runtime.guarantee import WorkerClients
 from processor_api.runtime.host_client import (
     HOST_FILE,
     receive_message,
@@ -122,6 +123,8 @@ class WorkerHost:
         self._globals: WorkerGlobalStores | None = None
         #: exactly-once: the worker's transactional producer, shared by its tasks
         self._transaction: WorkerTransaction | None = None
+        #: at least once: the worker's producer and group committer, shared by its tasks
+        self._clients: WorkerClients | None = None
         self._query_woken = threading.Event()  # a query waits: the loop does not wait
         self.idle = False  # the main thread waits for a request (no loop runs)
         self.wake_main: Callable[[], None] = lambda: None  # set by serve()
@@ -465,6 +468,7 @@ class WorkerHost:
                 shared_input=self._input,
                 shared_global=self._worker_globals(spec, worker),
                 shared_transaction=self._worker_transaction(spec, worker),
+                shared_clients=self._worker_clients(spec, worker),
             )
         except BaseException:
             lock.__exit__(None, None, None)
@@ -517,6 +521,23 @@ class WorkerHost:
                 message_timeout_ms=delivery_timeout_ms(config),
             )
         return transaction
+
+    def _worker_clients(self, spec: JobSpec, worker: str) -> WorkerClients | None:
+        """Under at_least_once, the worker's producer and group committer (one for its
+        tasks)."""
+        config = StreamsConfig.from_dict(spec.config)
+        if config.exactly_once:
+            return None
+        if self._clients is None:
+            self._clients = WorkerClients(
+                spec.bootstrap_servers,
+                config.application_id,
+                worker,
+                producer_config=spec.producer_config,
+                kafka=spec.kafka,
+                message_timeout_ms=delivery_timeout_ms(config),
+            )
+        return self._clients
 
     def _take_lock(self, directory: Path, task_id: str) -> TaskLock:
         """The task directory's lock; a worker elsewhere on this machine is asked to let go."""
@@ -641,6 +662,9 @@ class WorkerHost:
             transaction, self._transaction = self._transaction, None
             if transaction is not None:
                 transaction.close()
+            clients, self._clients = self._clients, None
+            if clients is not None:
+                clients.close()
         finally:
             self._spec = None
             self._metrics = {}

@@ -259,3 +259,26 @@ def test_a_worker_back_on_a_host_renews_its_producer_and_commits(kafka, tmp_path
     finally:
         run.host.close()
         host_b.close()
+
+
+def test_at_least_once_the_tasks_of_a_worker_share_one_producer(kafka, tmp_path):
+    run = WorkerRun(kafka, tmp_path / "state")
+    run.spec = JobSpec(
+        **{
+            **run.spec.__dict__,
+            "config": {**run.spec.config, "processing_guarantee": "at_least_once"},
+        }
+    )
+    try:
+        run.produce(0, ["a", "b", "a"])
+        run.produce(1, ["c"])
+        reply = run.host._run_epoch(run.request(1, run.sent), lambda: True)
+        assert reply is not None and set(reply.replies) == set(TASKS)
+        clients = run.host._clients
+        assert clients is not None and run.host._transaction is None
+        trackers = [run.host.runners[t]._guarantee.producer for t in TASKS]
+        assert trackers[0] is not trackers[1], "each task counts its own records"
+        assert all(t.producer is clients.producer for t in trackers)
+        assert sorted(run.output()) == [("a", 1), ("a", 2), ("b", 1), ("c", 1)]
+    finally:
+        run.host.close()
