@@ -24,6 +24,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from processor_api import Topology
+from processor_api.cli.tools import main as processor_api_main
 from processor_api.kafka.names import changelog_topic
 from processor_api.kafka.partitioner import default_partition
 from processor_api.processor import Processor, Record
@@ -38,6 +39,7 @@ from processor_api.schemas import registry_serdes
 from processor_api.serde import SerializationError
 from processor_api.serdes import Serdes
 from processor_api.state import Stores
+from processor_api.state.json_entries import json_default
 from processor_api.testing import TopologyTestDriver
 from tests.harness.schemas import USER_AVRO, USER_JSON_SCHEMA, UserProto
 from tests.query.registry_topologies import STORE, USER_KEY_AVRO, build_avro_keyed
@@ -148,6 +150,11 @@ def test_json_schema_and_protobuf_keys_serialize_as_confluent_kafka_does(schema_
     )(UserProto(id=7, name="ann"), context)
     with pytest.raises(BadQueryError, match='no field named "nom"'):
         proto_route.key_bytes('{"id": 7, "nom": "ann"}')
+    # a message as the client sends it and an answer renders it: its JSON mapping (int64 as
+    # text), which the driver parses back into the same bytes
+    text = json.dumps(UserProto(id=7, name="ann"), default=json_default)
+    assert json.loads(text) == {"id": "7", "name": "ann"}
+    assert proto_route.key_bytes(text) == proto_route.key_bytes('{"id": 7, "name": "ann"}')
 
 
 def test_a_registry_key_serde_in_a_run_without_a_registry_is_a_bad_query():
@@ -156,7 +163,7 @@ def test_a_registry_key_serde_in_a_run_without_a_registry_is_a_bad_query():
         route.key_bytes('{"id": 7}')
 
 
-def test_an_unreachable_registry_answers_503_naming_its_url(dead_registry):
+def test_an_unreachable_registry_answers_503_naming_its_url(dead_registry, capsys):
     shown = dead_registry.replace("user:secret@", "")
     router = HostRouter("127.0.0.1")
     routes = StoreRoutes(
@@ -177,6 +184,10 @@ def test_an_unreachable_registry_answers_503_naming_its_url(dead_registry):
             QueryClient(base).get(STORE, {"id": 7})
         assert isinstance(raised.value, TaskUnavailableError)
         assert raised.value.retry_after_s == 1.0 and shown in str(raised.value)
+        # the command: not available now (exit 3), naming the registry
+        capsys.readouterr()
+        assert processor_api_main(["query", "--url", base, STORE, '{"id": 7}']) == 3
+        assert f"schema registry {shown} did not answer" in capsys.readouterr().err
     finally:
         server.close()
         router.close()
