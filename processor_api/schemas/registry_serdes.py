@@ -12,6 +12,7 @@ confluent_kafka has handled a subject's or schema id's first record: ``avro_fast
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -284,7 +285,90 @@ def avro(schema: str | None, registry: str | Mapping[str, Any] | None) -> Regist
     def make_de(client: Any) -> Any:
         return FastAvroDeserializer(AvroDeserializer(client), client)
 
-    return RegistrySerde("avro", registry, make_ser if schema else None, make_de)
+    def from_plain(obj: Any) -> Any:
+        # Avro's encoders skip fields a record schema does not have; a key given by hand
+        # with one is a mistake (a typo, another schema) to name, not to drop silently.
+        if schema is not None:
+            parsed = json.loads(schema)
+            problem = _unknown_avro_field(parsed, obj, _avro_names(parsed, {}, None), "")
+            if problem is not None:
+                raise SerializationError(problem)
+        return obj
+
+    return RegistrySerde("avro", registry, make_ser if schema else None, make_de, from_plain)
+
+
+def _avro_names(schema: Any, names: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+    """Every named type of an Avro schema (JSON), by full and by short name."""
+    if isinstance(schema, list):
+        for branch in schema:
+            _avro_names(branch, names, namespace)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed") and "name" in schema:
+            name = str(schema["name"])
+            space = schema.get("namespace", namespace)
+            if "." in name:
+                full, space = name, name.rpartition(".")[0]
+            else:
+                full = f"{space}.{name}" if space else name
+            names[full] = names[full.rpartition(".")[2]] = schema
+            for field in schema.get("fields", ()):
+                _avro_names(field.get("type"), names, space)
+        elif kind == "array":
+            _avro_names(schema.get("items"), names, namespace)
+        elif kind == "map":
+            _avro_names(schema.get("values"), names, namespace)
+        elif isinstance(kind, dict | list):
+            _avro_names(kind, names, namespace)
+    return names
+
+
+def _unknown_avro_field(schema: Any, datum: Any, names: dict[str, Any], path: str) -> str | None:
+    """What of ``datum`` (a plain value) names a field its Avro ``schema`` has no place
+    for, or None. Types and missing fields are left to the encoder, which names them."""
+    if isinstance(schema, str):
+        schema = names.get(schema, schema)
+    if isinstance(schema, list):
+        if not isinstance(datum, dict):
+            return None
+        branches = [names.get(b, b) if isinstance(b, str) else b for b in schema]
+        records = [
+            b for b in branches if isinstance(b, dict) and b.get("type") in ("record", "error")
+        ]
+        if not records or any(isinstance(b, dict) and b.get("type") == "map" for b in branches):
+            return None
+        problems = [_unknown_avro_field(r, datum, names, path) for r in records]
+        return None if None in problems else problems[0]
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, dict | list) or (isinstance(kind, str) and kind in names):
+        return _unknown_avro_field(kind, datum, names, path)  # {"type": <a schema>}
+    if kind in ("record", "error") and isinstance(datum, dict):
+        fields = {str(f["name"]): f.get("type") for f in schema.get("fields", ())}
+        unknown = sorted(str(k) for k in datum if k not in fields)
+        if unknown:
+            where = f" in {path}" if path else ""
+            return (
+                f"field {', '.join(repr(k) for k in unknown)}{where} is not in Avro record "
+                f"{schema.get('name')!r} (its fields: {', '.join(fields) or 'none'})"
+            )
+        for name, value in datum.items():
+            problem = _unknown_avro_field(fields[name], value, names, f"{path}.{name}".lstrip("."))
+            if problem is not None:
+                return problem
+    elif kind == "array" and isinstance(datum, list):
+        for index, item in enumerate(datum):
+            problem = _unknown_avro_field(schema.get("items"), item, names, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+    elif kind == "map" and isinstance(datum, dict):
+        for key, value in datum.items():
+            problem = _unknown_avro_field(schema.get("values"), value, names, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+    return None
 
 
 def json_schema(schema: str | None, registry: str | Mapping[str, Any] | None) -> RegistrySerde:

@@ -122,11 +122,16 @@ def test_a_key_that_does_not_fit_the_schema_is_a_bad_query_naming_store_key_and_
         route.key_bytes('{"idd": 7}')
     message = str(missing.value)
     assert f"store {STORE!r}" in message and """key '{"idd": 7}'""" in message
-    assert "no value and no default for id" in message
+    assert "field 'idd' is not in Avro record 'UserKey' (its fields: id)" in message
+    with pytest.raises(BadQueryError, match="no value and no default for id"):
+        route.key_bytes("{}")
     with pytest.raises(BadQueryError, match="an integer is required on field id"):
         route.key_bytes('{"id": "seven"}')
     with pytest.raises(BadQueryError, match=r"key_from 'seven' does not fit .*avro"):
         route.key_bytes("seven", "key_from")
+    # Avro's encoder would drop a field the schema does not have: named instead
+    with pytest.raises(BadQueryError, match="field 'tenant' is not in Avro record 'UserKey'"):
+        route.key_bytes('{"id": 7, "tenant": "a"}')
 
 
 def test_json_schema_and_protobuf_keys_serialize_as_confluent_kafka_does(schema_registry):

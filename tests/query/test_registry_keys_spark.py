@@ -97,7 +97,7 @@ def test_a_json_key_of_an_avro_keyed_store_answers_the_test_drivers_value(
             queries.get(STORE, {"user": 3})
         assert f"store {STORE!r}" in str(bad.value)
         assert """key '{"user": 3}'""" in str(bad.value)
-        assert "no value and no default for id" in str(bad.value)
+        assert "field 'user' is not in Avro record 'UserKey' (its fields: id)" in str(bad.value)
 
         # the command, for people: the key as JSON text
         capsys.readouterr()
