@@ -34,6 +34,12 @@ from processor_api.topology import Topology
 
 _log = get_logger("processor_api.query_routing")
 
+#: The registry client settings of the driver's key serdes where the run's (or the serde's)
+#: give none: ``confluent_kafka``'s client waits without a timeout by default, and retries
+#: with waits of seconds, which would hold a query's HTTP thread while a registry does not
+#: answer; a 503 within the timeout lets the caller ask again (``Retry-After``).
+REGISTRY_DEFAULTS: dict[str, Any] = {"timeout": 5, "max.retries": 0}
+
 
 @dataclass(frozen=True)
 class StoreRoute:
@@ -162,10 +168,15 @@ def _bound_key_serde(
     application_id: str | None,
     registry: Mapping[str, Any] | None,
 ) -> tuple[Serde | None, str | None]:
-    """The store's key serde bound as its tasks bind it, or why it cannot be."""
+    """The store's key serde bound as its tasks bind it, or why it cannot be; its registry
+    client with :data:`REGISTRY_DEFAULTS` where the settings give none."""
     serde = builder.key_serde
     if not serde.topic_aware or application_id is None:
         return None, None
+    if isinstance(serde, registry_serdes.RegistrySerde):
+        serde = serde.with_client_defaults(REGISTRY_DEFAULTS)
+    if registry:
+        registry = {**REGISTRY_DEFAULTS, **registry}
     try:
         return serde.for_topic(changelog_topic(application_id, store), True, registry), None
     except ConfigError as exc:

@@ -116,6 +116,20 @@ class RegistrySerde(Serde):
         """The serde's own registry (``SchemaRegistryClient`` config), or ``None``: the run's."""
         return self._registry
 
+    def with_client_defaults(self, defaults: Mapping[str, Any]) -> RegistrySerde:
+        """This serde with the registry client settings ``defaults`` where its own registry
+        gives none (itself when it names no registry: the run's settings are used, to which
+        the caller adds its defaults). A new serde, with clients of its own."""
+        if self._registry is None or defaults.keys() <= self._registry.keys():
+            return self
+        return RegistrySerde(
+            self.format,
+            {**defaults, **self._registry},
+            self._make_ser,
+            self._make_de,
+            self.from_plain,
+        )
+
     def __reduce__(self) -> tuple:
         # a run ships a Topology object to its executors pickled: without the lock and the
         # clients (not picklable), which each process makes anew

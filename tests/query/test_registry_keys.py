@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import threading
 import urllib.error
 import urllib.request
 
@@ -229,3 +230,35 @@ def test_only_an_outage_is_registry_unavailable(schema_registry, dead_registry):
             call()
         assert down.value.url == dead_registry.replace("user:secret@", "")
         assert "secret" not in str(down.value) and "subject 't-key'" in str(down.value)
+
+
+@pytest.mark.parametrize("whose", ["the run's", "the serde's own"])
+def test_a_registry_that_never_answers_is_given_up_on_by_the_routing_deadline(whose):
+    """``confluent_kafka``'s client waits without a timeout unless told: the routing's
+    defaults (``REGISTRY_DEFAULTS``) end the wait, so the HTTP thread answers 503."""
+    silent = socket.socket()  # accepts connections (the kernel's backlog), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        if whose == "the run's":
+            route = _route(build_avro_keyed(), {"url": url})
+        else:
+            route = _route(build_avro_keyed(registry=url), None)
+        outcome: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                route.key_bytes('{"id": 7}')
+            except BaseException as exc:  # noqa: BLE001 - what the thread saw, checked below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        thread.join(60)  # far beyond the 5 s deadline; without it the read never ends
+        assert not thread.is_alive(), "the key read still waits for the registry"
+        (error,) = outcome
+        assert isinstance(error, QueryRegistryUnavailable)
+        assert f"schema registry {url} did not answer" in str(error)
+    finally:
+        silent.close()
