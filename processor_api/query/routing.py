@@ -27,6 +27,7 @@ from processor_api.query.errors import BadQueryError, RegistryUnavailableError, 
 from processor_api.query.position import PARAMETER, PositionBound
 from processor_api.runtime.job import parse_task_id
 from processor_api.schemas import registry_serdes
+from processor_api.schemas.registry import client_config
 from processor_api.serde import Serde
 from processor_api.state.builder import StoreBuilder
 from processor_api.state.json_entries import plain_key
@@ -175,9 +176,9 @@ def _bound_key_serde(
         return None, None
     if isinstance(serde, registry_serdes.RegistrySerde):
         serde = serde.with_client_defaults(REGISTRY_DEFAULTS)
-    if registry:
-        registry = {**REGISTRY_DEFAULTS, **registry}
     try:
+        if registry:  # settings given as text (--config schema.registry.timeout=10) as numbers
+            registry = client_config({**REGISTRY_DEFAULTS, **registry})
         return serde.for_topic(changelog_topic(application_id, store), True, registry), None
     except ConfigError as exc:
         return None, str(exc)
