@@ -27,6 +27,7 @@ from processor_api.query.errors import (
     QueryError,
 )
 from processor_api.query.position import PARAMETER, PositionBound, as_bound
+from processor_api.state.json_entries import json_default
 
 #: How long a request waits for the endpoint (seconds).
 TIMEOUT_S = 30.0
@@ -238,7 +239,8 @@ def _with_bound(params: dict[str, Any], position_bound: BoundLike) -> dict[str, 
 
 
 def _key_text(key: Any) -> str:
-    return key if isinstance(key, str) else json.dumps(key)
+    # a Protobuf message as its JSON mapping, which the endpoint parses back into one
+    return key if isinstance(key, str) else json.dumps(key, default=json_default)
 
 
 def _param(value: Any) -> str:

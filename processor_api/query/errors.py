@@ -71,6 +71,13 @@ class NotUpToBoundError(TaskUnavailableError):
     status, code = 503, "not_up_to_bound"
 
 
+class RegistryUnavailableError(TaskUnavailableError):
+    """The Schema Registry the store's serdes use did not answer while the key or an answer
+    was being (de)serialized: ask again later. The message names the registry's URL."""
+
+    status, code = 503, "registry_unavailable"
+
+
 class EndpointUnreachableError(QueryError):
     """The query endpoint does not answer (a client's error, never an HTTP answer)."""
 
@@ -88,5 +95,6 @@ ERRORS_BY_CODE: dict[str, type[QueryError]] = {
         NotFoundError,
         TaskUnavailableError,
         NotUpToBoundError,
+        RegistryUnavailableError,
     )
 }

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from processor_api.query.router import HostRouter
 from processor_api.query.routing import StoreRoutes
@@ -12,7 +13,9 @@ from processor_api.topology import Topology
 
 class RunQueries:
     """The router (on ``driver_host``, where every executor reaches the driver) and the
-    HTTP server (``host:port``) of one run; closed together."""
+    HTTP server (``host:port``) of one run; closed together. ``application_id`` and
+    ``registry`` (the run's ``schema.registry.*`` settings) bind the stores' Schema Registry
+    key serdes as the tasks bind them."""
 
     def __init__(
         self,
@@ -23,10 +26,15 @@ class RunQueries:
         host: str,
         port: int,
         token: str | None,
+        application_id: str | None = None,
+        registry: Mapping[str, Any] | None = None,
     ) -> None:
         self.router = HostRouter(driver_host)
         try:
-            endpoint = QueryEndpoint(StoreRoutes(topology, task_ids), self.router)
+            routes = StoreRoutes(
+                topology, task_ids, application_id=application_id, registry=registry
+            )
+            endpoint = QueryEndpoint(routes, self.router)
             self.server = QueryServer(endpoint, host, port, token)
         except BaseException:
             self.router.close()

@@ -46,6 +46,7 @@ from processor_api.logging import get_logger
 from processor_api.runtime import query_bounds
 from processor_api.runtime.job import parse_task_id
 from processor_api.runtime.query_bounds import InputOffsets
+from processor_api.schemas.registry_serdes import RegistryUnavailableError
 from processor_api.state.base import KeyValue
 from processor_api.state.json_entries import entry_fields, json_default
 from processor_api.state.windowed_types import MAX_TIMESTAMP, Windowed
@@ -391,6 +392,9 @@ class TaskStoreReader:
             last = entries[-1].key if entries else None
             rendered = [entry_fields(entry) for entry in entries]
             last_b64 = _encode(store.key_serde.serialize(_plain_key(last))) if more else None
+        except RegistryUnavailableError as exc:  # the data may be right: ask again later
+            return 503, {"error": f"store {name!r}, task {self.task_id}: {exc}",
+                         "code": "registry_unavailable"}  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a serde or store error, named in the answer
             return 400, {"error": f"store {name!r}, task {self.task_id}: "
                                   f"{type(exc).__name__}: {exc}", "code": "bad_request"}  # fmt: skip

@@ -1,6 +1,10 @@
 """Schema Registry serdes and registry settings (needs ``confluent-kafka[schemaregistry]``)."""
 
 from processor_api.schemas.registry import client_for
-from processor_api.schemas.registry_serdes import BoundRegistrySerde, RegistrySerde
+from processor_api.schemas.registry_serdes import (
+    BoundRegistrySerde,
+    RegistrySerde,
+    RegistryUnavailableError,
+)
 
-__all__ = ["BoundRegistrySerde", "RegistrySerde", "client_for"]
+__all__ = ["BoundRegistrySerde", "RegistrySerde", "RegistryUnavailableError", "client_for"]

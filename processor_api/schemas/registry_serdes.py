@@ -12,6 +12,8 @@ confluent_kafka has handled a subject's or schema id's first record: ``avro_fast
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,6 +24,47 @@ from processor_api.serde import Serde, SerializationError
 
 MakeSerializer = Callable[[Any], Callable[[Any, Any], bytes]]
 MakeDeserializer = Callable[[Any], Callable[[bytes, Any], Any]]
+#: Turns a plain (JSON) value into what the serde serializes (Protobuf: a dict into the
+#: message); ``None``: the plain value is what it serializes (Avro and JSON Schema dicts).
+FromPlain = Callable[[Any], Any]
+
+
+class RegistryUnavailableError(SerializationError):
+    """The Schema Registry did not answer (connection refused or reset, a timeout, a 5xx,
+    408 or 429 answer after the client's retries): nothing is wrong with the data; ask
+    again later. ``url`` is the registry's (without credentials)."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+def registry_down(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is the registry not answering:
+    a transport error of the registry client's HTTP library, or an answer with a status the
+    client retries (5xx, 408, 429). A 4xx naming a schema or subject is no outage."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, SchemaRegistryError):
+            status = current.http_status_code
+            return status >= 500 or status in (408, 429)
+        if any(
+            cls.__name__ == "TransportError" and cls.__module__.startswith("httpx")
+            for cls in type(current).__mro__
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def public_url(config: Mapping[str, Any]) -> str:
+    """The registry URL(s) of a client config, without any user:password part."""
+    urls = str(config.get("url", ""))
+    return ",".join(re.sub(r"//[^/@]*@", "//", url.strip()) for url in urls.split(","))
 
 
 def _frozen(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -36,7 +79,16 @@ class RegistrySerde(Serde):
     the serde only deserializes.
     """
 
-    __slots__ = ("format", "_registry", "_make_ser", "_make_de", "_bound", "_codecs", "_lock")
+    __slots__ = (
+        "format",
+        "from_plain",
+        "_registry",
+        "_make_ser",
+        "_make_de",
+        "_bound",
+        "_codecs",
+        "_lock",
+    )
     topic_aware = True
 
     def __init__(
@@ -45,9 +97,13 @@ class RegistrySerde(Serde):
         registry: str | Mapping[str, Any] | None,
         make_serializer: MakeSerializer | None,
         make_deserializer: MakeDeserializer,
+        from_plain: FromPlain | None = None,
     ) -> None:
         super().__init__(self._unbound, self._unbound, fmt)
         self.format = fmt
+        #: A plain (JSON) value as this serde serializes it (None: as it is); what turns a
+        #: key given in a query's URL into the store's key type.
+        self.from_plain = from_plain
         self._registry = None if registry is None else client_config(registry)
         self._make_ser = make_serializer
         self._make_de = make_deserializer
@@ -60,10 +116,27 @@ class RegistrySerde(Serde):
         """The serde's own registry (``SchemaRegistryClient`` config), or ``None``: the run's."""
         return self._registry
 
+    def with_client_defaults(self, defaults: Mapping[str, Any]) -> RegistrySerde:
+        """This serde with the registry client settings ``defaults`` where its own registry
+        gives none (itself when it names no registry: the run's settings are used, to which
+        the caller adds its defaults). A new serde, with clients of its own."""
+        if self._registry is None or defaults.keys() <= self._registry.keys():
+            return self
+        return RegistrySerde(
+            self.format,
+            {**defaults, **self._registry},
+            self._make_ser,
+            self._make_de,
+            self.from_plain,
+        )
+
     def __reduce__(self) -> tuple:
         # a run ships a Topology object to its executors pickled: without the lock and the
         # clients (not picklable), which each process makes anew
-        return (RegistrySerde, (self.format, self._registry, self._make_ser, self._make_de))
+        return (
+            RegistrySerde,
+            (self.format, self._registry, self._make_ser, self._make_de, self.from_plain),
+        )
 
     def _unbound(self, _: Any) -> Any:
         raise SerializationError(
@@ -93,7 +166,15 @@ class RegistrySerde(Serde):
                 if codecs is None:
                     serializer = self._make_ser(client) if self._make_ser is not None else None
                     codecs = self._codecs[id(client)] = (serializer, self._make_de(client))
-                bound = self._bound[key] = BoundRegistrySerde(self.format, topic, is_key, *codecs)
+                bound = self._bound[key] = BoundRegistrySerde(
+                    self.format,
+                    topic,
+                    is_key,
+                    codecs[0],
+                    codecs[1],
+                    from_plain=self.from_plain,
+                    registry_url=public_url(config),
+                )
         return bound
 
     def __repr__(self) -> str:
@@ -103,7 +184,7 @@ class RegistrySerde(Serde):
 class BoundRegistrySerde(Serde):
     """A registry serde bound to one topic and side: what sources and sinks call per record."""
 
-    __slots__ = ("topic", "is_key", "subject", "_ser", "_de", "_ctx")
+    __slots__ = ("topic", "is_key", "subject", "from_plain", "registry_url", "_ser", "_de", "_ctx")
 
     def __init__(
         self,
@@ -112,6 +193,8 @@ class BoundRegistrySerde(Serde):
         is_key: bool,
         serializer: Callable[[Any, Any], bytes] | None,
         deserializer: Callable[[bytes, Any], Any],
+        from_plain: FromPlain | None = None,
+        registry_url: str = "",
     ) -> None:
         from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -119,6 +202,9 @@ class BoundRegistrySerde(Serde):
         self.topic = topic
         self.is_key = is_key
         self.subject = f"{topic}-{'key' if is_key else 'value'}"
+        self.from_plain = from_plain
+        #: The registry's URL, without credentials (what an outage names).
+        self.registry_url = registry_url
         self._ser = serializer
         self._de = deserializer
         self._ctx = SerializationContext(topic, MessageField.KEY if is_key else MessageField.VALUE)
@@ -146,6 +232,8 @@ class BoundRegistrySerde(Serde):
         try:
             return serializer(obj, self._ctx)
         except Exception as exc:
+            if registry_down(exc):
+                raise self._unavailable(exc) from exc
             raise SerializationError(
                 f"{self.name} serde cannot serialize {type(obj).__name__} for subject "
                 f"{self.subject!r}: {type(exc).__name__}: {exc}"
@@ -158,7 +246,16 @@ class BoundRegistrySerde(Serde):
         try:
             return self._de(data, self._ctx)
         except Exception as exc:
+            if registry_down(exc):
+                raise self._unavailable(exc) from exc
             raise SerializationError(self._describe(data, exc)) from exc
+
+    def _unavailable(self, exc: Exception) -> RegistryUnavailableError:
+        return RegistryUnavailableError(
+            f"schema registry {self.registry_url} did not answer for subject "
+            f"{self.subject!r} ({self.name} serde): {type(exc).__name__}: {exc}",
+            self.registry_url,
+        )
 
     def _describe(self, data: bytes, exc: Exception) -> str:
         # The header is read only to name what failed; confluent_kafka did the decoding.
@@ -202,7 +299,90 @@ def avro(schema: str | None, registry: str | Mapping[str, Any] | None) -> Regist
     def make_de(client: Any) -> Any:
         return FastAvroDeserializer(AvroDeserializer(client), client)
 
-    return RegistrySerde("avro", registry, make_ser if schema else None, make_de)
+    def from_plain(obj: Any) -> Any:
+        # Avro's encoders skip fields a record schema does not have; a key given by hand
+        # with one is a mistake (a typo, another schema) to name, not to drop silently.
+        if schema is not None:
+            parsed = json.loads(schema)
+            problem = _unknown_avro_field(parsed, obj, _avro_names(parsed, {}, None), "")
+            if problem is not None:
+                raise SerializationError(problem)
+        return obj
+
+    return RegistrySerde("avro", registry, make_ser if schema else None, make_de, from_plain)
+
+
+def _avro_names(schema: Any, names: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+    """Every named type of an Avro schema (JSON), by full and by short name."""
+    if isinstance(schema, list):
+        for branch in schema:
+            _avro_names(branch, names, namespace)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed") and "name" in schema:
+            name = str(schema["name"])
+            space = schema.get("namespace", namespace)
+            if "." in name:
+                full, space = name, name.rpartition(".")[0]
+            else:
+                full = f"{space}.{name}" if space else name
+            names[full] = names[full.rpartition(".")[2]] = schema
+            for field in schema.get("fields", ()):
+                _avro_names(field.get("type"), names, space)
+        elif kind == "array":
+            _avro_names(schema.get("items"), names, namespace)
+        elif kind == "map":
+            _avro_names(schema.get("values"), names, namespace)
+        elif isinstance(kind, dict | list):
+            _avro_names(kind, names, namespace)
+    return names
+
+
+def _unknown_avro_field(schema: Any, datum: Any, names: dict[str, Any], path: str) -> str | None:
+    """What of ``datum`` (a plain value) names a field its Avro ``schema`` has no place
+    for, or None. Types and missing fields are left to the encoder, which names them."""
+    if isinstance(schema, str):
+        schema = names.get(schema, schema)
+    if isinstance(schema, list):
+        if not isinstance(datum, dict):
+            return None
+        branches = [names.get(b, b) if isinstance(b, str) else b for b in schema]
+        records = [
+            b for b in branches if isinstance(b, dict) and b.get("type") in ("record", "error")
+        ]
+        if not records or any(isinstance(b, dict) and b.get("type") == "map" for b in branches):
+            return None
+        problems = [_unknown_avro_field(r, datum, names, path) for r in records]
+        return None if None in problems else problems[0]
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, dict | list) or (isinstance(kind, str) and kind in names):
+        return _unknown_avro_field(kind, datum, names, path)  # {"type": <a schema>}
+    if kind in ("record", "error") and isinstance(datum, dict):
+        fields = {str(f["name"]): f.get("type") for f in schema.get("fields", ())}
+        unknown = sorted(str(k) for k in datum if k not in fields)
+        if unknown:
+            where = f" in {path}" if path else ""
+            return (
+                f"field {', '.join(repr(k) for k in unknown)}{where} is not in Avro record "
+                f"{schema.get('name')!r} (its fields: {', '.join(fields) or 'none'})"
+            )
+        for name, value in datum.items():
+            problem = _unknown_avro_field(fields[name], value, names, f"{path}.{name}".lstrip("."))
+            if problem is not None:
+                return problem
+    elif kind == "array" and isinstance(datum, list):
+        for index, item in enumerate(datum):
+            problem = _unknown_avro_field(schema.get("items"), item, names, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+    elif kind == "map" and isinstance(datum, dict):
+        for key, value in datum.items():
+            problem = _unknown_avro_field(schema.get("values"), value, names, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+    return None
 
 
 def json_schema(schema: str | None, registry: str | Mapping[str, Any] | None) -> RegistrySerde:
@@ -230,4 +410,11 @@ def protobuf(message_type: Any, registry: str | Mapping[str, Any] | None) -> Reg
         conf = {"use.deprecated.format": False}
         return ProtobufDeserializer(message_type, conf, schema_registry_client=client)
 
-    return RegistrySerde("protobuf", registry, make_ser, make_de)
+    def from_plain(obj: Any) -> Any:
+        if not isinstance(obj, Mapping):
+            return obj
+        from google.protobuf import json_format
+
+        return json_format.ParseDict(obj, message_type())
+
+    return RegistrySerde("protobuf", registry, make_ser, make_de, from_plain)

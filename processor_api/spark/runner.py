@@ -225,6 +225,8 @@ class TopologyRunner:
                 host=self.settings.query_host,
                 port=self.settings.query_port,
                 token=self.settings.query_token,
+                application_id=self.config.application_id,
+                registry=self.config.schema_registry,
             )
         return {"query_router": self._queries.router.address,
                 "query_secret": self._queries.router.secret}  # fmt: skip

@@ -15,6 +15,21 @@ from typing import Any
 from processor_api.state.base import KeyValue
 
 
+def plain_key(text: str, serde: Any) -> Any:
+    """A key given as text, typed for ``serde`` but not checked against it: the text itself
+    for a string serde, its UTF-8 bytes for a bytes serde, else its JSON value (or the text
+    when it is not JSON)."""
+    name = getattr(serde, "name", "custom")
+    if name == "string":
+        return text
+    if name == "bytes":
+        return text.encode()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def parse_key(text: str, serde: Any, store: str, what: str = "key") -> Any:
     """A key given as text (a command line's, a URL's), typed for the store's key serde: the
     text itself for string keys, its UTF-8 bytes for bytes keys, else JSON (or the text when
@@ -23,14 +38,9 @@ def parse_key(text: str, serde: Any, store: str, what: str = "key") -> Any:
     from processor_api.errors import ConfigError
 
     name = getattr(serde, "name", "custom")
-    if name == "string":
-        return text
-    if name == "bytes":
-        return text.encode()
-    try:
-        key = json.loads(text)
-    except ValueError:
-        key = text
+    key = plain_key(text, serde)
+    if name in ("string", "bytes"):
+        return key
     try:
         serde.serialize(key)
     except Exception as exc:  # noqa: BLE001 - any serde failure is a bad key
@@ -72,9 +82,14 @@ def entry_fields(entry: KeyValue) -> dict[str, Any]:
 
 def json_default(value: Any) -> Any:
     """``json.dumps`` fallback for entry fields: bytes as base64 text, sets and tuples as lists,
-    anything else as its ``repr``."""
+    Protobuf messages as their JSON mapping (field names as declared), anything else as its
+    ``repr``."""
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, set | frozenset | tuple):
         return list(value)
+    if hasattr(value, "DESCRIPTOR") and hasattr(value, "SerializeToString"):
+        from google.protobuf import json_format
+
+        return json_format.MessageToDict(value, preserving_proto_field_name=True)
     return repr(value)
