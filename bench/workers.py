@@ -8,8 +8,10 @@ rotating order, from a cold start (fresh state directory, application id and rep
 topic), sampling the peak PSS of all the run's processes (``bench/common.MemorySampler``).
 Contenders: ``workers`` (this tree) and, with ``BENCH_BASELINE_DIR``/``BENCH_BASELINE_REV``
 set (a checkout of an earlier commit), ``task hosts`` (that commit). Each run's counts are
-read back from its local stores and must sum to the records. Writes
-``bench/results/workers-<records>-<date>.json``.
+read back from its local stores and must sum to the records. ``--guarantee exactly_once_v2``
+runs every contender under exactly-once (one transactional producer per task before issue 35's
+producer per worker, one per worker since). Writes
+``bench/results/workers-<records>[-<guarantee>]-<date>.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from bench.common import (
 )
 
 MASTER = "local[2]"
+#: The processing guarantee of every run (``--guarantee``).
+GUARANTEE = "at_least_once"
 KEYS = 10_000
 TIMEOUT_S = 1_800.0
 BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
@@ -53,7 +57,7 @@ def _command(
     cmd = [
         PYTHON, "-m", run_topology_module(library), "topologies.count_per_key:build_topology",
         "--bootstrap-servers", "BOOTSTRAP", "--application-id", app_id, "--state-dir", state_dir,
-        "--available-now", "--master", MASTER,
+        "--available-now", "--master", MASTER, "--processing-guarantee", GUARANTEE,
         "--topology-arg", f"input_topic={json.dumps(topic)}",
     ]  # fmt: skip
     if repartition is not None:
@@ -143,7 +147,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--layout", action="append", default=None,
                         help="P or PxS (S=2: through a repartition topic); repeatable")  # fmt: skip
+    parser.add_argument("--guarantee", default=GUARANTEE,
+                        choices=["at_least_once", "exactly_once_v2"])  # fmt: skip
     args = parser.parse_args()
+    global GUARANTEE
+    GUARANTEE = args.guarantee
     layouts = []
     for text in args.layout or ["3", "24"]:
         partitions, _, subtopologies = text.partition("x")
@@ -157,12 +165,14 @@ def main() -> None:
     tag = (
         f"{args.records // 1000}k" if args.records < 1_000_000 else f"{args.records // 1_000_000}M"
     )
+    suffix = "" if GUARANTEE == "at_least_once" else f"-{GUARANTEE.replace('_', '-')}"
     write_result(
-        f"workers-{tag}",
+        f"workers-{tag}{suffix}",
         {
             "machine": machine_info(),
             "master": MASTER,
             "records": args.records,
+            "guarantee": GUARANTEE,
             "keys": KEYS,
             "loadavg_at_start": started_load,
             "loadavg_at_end": list(os.getloadavg()),
