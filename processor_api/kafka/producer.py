@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -148,6 +148,9 @@ class DeliveryTracker:
         self._generation = 0
         self._pending_by_generation: Counter[int] = Counter()
         self._on_delivery = self._delivery_callback(0)
+        #: Called once before the next record is handed to the producer, then cleared (the
+        #: commit barrier on Tansu: ``kafka/commit_barrier.py``).
+        self.before_first_record: Callable[[], None] | None = None
 
     @property
     def producer(self) -> Producer:
@@ -274,6 +277,8 @@ class DeliveryTracker:
         header_list: list[tuple[str, str | bytes | None]] | None = None
         if headers:
             header_list = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+        if self.before_first_record is not None:
+            self._first_record()
         with self._lock:  # counted before produce(): its callback can only come later
             self._pending += 1
             self._pending_by_topic[topic] += 1
@@ -305,6 +310,8 @@ class DeliveryTracker:
         count = len(records)
         if not count:
             return
+        if self.before_first_record is not None:
+            self._first_record()
         with self._lock:
             self._pending += count
             self._pending_by_topic[topic] += count
@@ -344,6 +351,8 @@ class DeliveryTracker:
             self._warn_zero_timestamp(topic)
         elif timestamp < 0:
             timestamp = 0
+        if self.before_first_record is not None:
+            self._first_record()
         with self._lock:
             self._pending += count
             self._pending_by_topic[topic] += count
@@ -366,6 +375,11 @@ class DeliveryTracker:
             self._uncount(topic, count - sent)
             raise
         self._poll(0)
+
+    def _first_record(self) -> None:
+        hook, self.before_first_record = self.before_first_record, None
+        if hook is not None:
+            hook()
 
     def _output_callback(self, topic: str) -> Any:
         callback = self._output_callbacks.get(topic)

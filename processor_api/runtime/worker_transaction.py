@@ -29,6 +29,7 @@ the new assignment) with the transactional id of the worker that had it.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.errors import ProducerWedgedError
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.kafka.commit_barrier import CommitBarrier
 from processor_api.kafka.delivery import DeliveryFailureHandler
 from processor_api.kafka.group import GroupCommitter
 from processor_api.kafka.markers import CommitLog
@@ -109,6 +111,8 @@ class WorkerTransaction:
             bootstrap_servers, application_id, f"group-{worker}", kafka=kafka
         )
         self._ends_one_at_a_time: bool | None = None
+        #: on Tansu: the workers of the machine end their transactions together
+        self._barrier: CommitBarrier | None = None
         #: transactions committed and aborted by this host (tests and logs)
         self.commits = 0
         self.aborts = 0
@@ -176,13 +180,25 @@ class WorkerTransaction:
                 self._ends_one_at_a_time = ends_one_at_a_time(
                     self._bootstrap, self._kafka, timeout_s=CLUSTER_ID_TIMEOUT_S
                 )
+                if self._ends_one_at_a_time and self._barrier is None:
+                    self._barrier = CommitBarrier(self._bootstrap)
             transaction_step(
                 "begin_transaction", self.txn_id, self._bootstrap, None,
                 self._producer.begin_transaction,
             )  # fmt: skip
             self._open = True
+            for each in self._trackers.values():
+                self._watch_first_record(each)
+        elif self._barrier is not None and tracker.before_first_record is None:
+            self._watch_first_record(tracker)  # a task that joins an open transaction
         tracker.reset()
         self._participants[participant.task_id] = participant
+
+    def _watch_first_record(self, tracker: DeliveryTracker) -> None:
+        """Tell the barrier before the transaction's first record (if there is a barrier)."""
+        barrier = self._barrier
+        if barrier is not None:
+            tracker.before_first_record = barrier.opened
 
     def commit(self, patience: Patience | None) -> bool:
         """Commit every task of the open transaction (see the module docs); whether there was
@@ -190,6 +206,7 @@ class WorkerTransaction:
         if not self._open:
             return False
         participants = list(self._participants.values())
+        committed_at = time.time()
         try:
             staged = [(p, p.stage_commit()) for p in participants]
             if all(s is None for _, s in staged):
@@ -225,6 +242,10 @@ class WorkerTransaction:
         self._open = False
         self._participants = {}
         self.commits += 1
+        barrier = self._barrier
+        if barrier is not None:
+            barrier.ended()
+            barrier.wait_for_peers(committed_at)
         for participant, stage in staged:
             participant.complete_commit(stage)
         return True
@@ -235,6 +256,8 @@ class WorkerTransaction:
         ``wedged``: the producer does not return from librdkafka and is given up."""
         participants, self._participants = self._participants, {}
         was_open, self._open = self._open, False
+        if self._barrier is not None:
+            self._barrier.ended()
         if wedged:
             self._producer = None  # the next one fences it
         elif was_open and self._producer is not None:
@@ -292,6 +315,9 @@ class WorkerTransaction:
         self.abort()
         self._drop_producer()
         self._group.close()
+        if self._barrier is not None:
+            self._barrier.close()
+            self._barrier = None
 
 
 class SharedExactlyOnce:
