@@ -90,22 +90,22 @@ class CommitBarrier:
             if path == self._path or path.suffix == ".tmp":
                 continue
             try:
+                pid = int(path.name.split("-", 1)[0])
+            except ValueError:
+                continue
+            if not _alive(pid):  # its process is gone (a kill -9: no close)
+                path.unlink(missing_ok=True)
+                continue
+            try:
                 text = path.read_text()
             except OSError:
                 continue  # replaced or removed meanwhile
-            if not text:
-                continue
             try:
-                pid = int(path.name.split("-", 1)[0])
-                opened_at = float(text)
+                opened_at = float(text) if text else None
             except ValueError:
                 continue
-            if opened_at >= moment:
-                continue
-            if not _alive(pid):
-                path.unlink(missing_ok=True)
-                continue
-            found.append(path.name)
+            if opened_at is not None and opened_at < moment:
+                found.append(path.name)
         return found
 
     def wait_for_peers(self, committed_at: float) -> None:

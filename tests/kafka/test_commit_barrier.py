@@ -75,11 +75,13 @@ def test_the_file_of_a_process_that_is_gone_is_ignored_and_removed():
     directory.mkdir(parents=True, exist_ok=True)
     leftover = directory / f"{gone.stdout.strip()}-deadbeef"
     leftover.write_text(repr(time.time() - 10))
+    idle_leftover = directory / f"{gone.stdout.strip()}-cafebabe"
+    idle_leftover.write_text("")
     committing = CommitBarrier(broker)
     try:
         committing.wait_for_peers(time.time())
         assert committing.waits == 0
-        assert not leftover.exists()
+        assert not leftover.exists() and not idle_leftover.exists()
     finally:
         committing.close()
     assert list(directory.iterdir()) == []
