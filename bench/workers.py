@@ -147,7 +147,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--layout", action="append", default=None,
                         help="P or PxS (S=2: through a repartition topic); repeatable")  # fmt: skip
-    parser.add_argument("--guarantee", default=GUARANTEE,
+    parser.add_argument("--guarantee", default="at_least_once",
                         choices=["at_least_once", "exactly_once_v2"])  # fmt: skip
     args = parser.parse_args()
     global GUARANTEE
