@@ -29,7 +29,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -81,6 +81,32 @@ def transaction_step(
         ) from exc
 
 
+def init_transactions(
+    producer: Any, txn_id: str, bootstrap_servers: str, patience: BrokerWait | None
+) -> None:
+    """``init_transactions`` of a new transactional producer, which fences every other
+    instance of ``txn_id`` (and aborts its open transaction): one try of ``INIT_TIMEOUT_S``,
+    or with ``patience`` tries of ``INIT_STEP_S`` while the broker does not answer."""
+    if patience is None:
+        transaction_step(
+            "init_transactions", txn_id, bootstrap_servers, INIT_TIMEOUT_S,
+            lambda: producer.init_transactions(INIT_TIMEOUT_S),
+        )  # fmt: skip
+        return
+    patience.call(  # a timed-out init_transactions may be called again
+        "transactional producer",
+        f"init_transactions of transactional id {txn_id!r}",
+        lambda: transaction_step(
+            "init_transactions",
+            txn_id,
+            bootstrap_servers,
+            INIT_STEP_S,
+            lambda: producer.init_transactions(INIT_STEP_S),
+        ),  # fmt: skip
+        step_s=INIT_STEP_S,
+    )
+
+
 class TransactionalProducers:
     """Per worker process: the transactional producer of each task it has run."""
 
@@ -120,24 +146,7 @@ class TransactionalProducers:
             kafka=self._kafka,
             message_timeout_ms=self._message_timeout_ms,
         )
-        if self._patience is None:
-            transaction_step(
-                "init_transactions", txn_id, self._bootstrap, INIT_TIMEOUT_S,
-                lambda: producer.init_transactions(INIT_TIMEOUT_S),
-            )  # fmt: skip
-        else:  # an outage is waited out; a timed-out init_transactions may be called again
-            self._patience.call(
-                "transactional producer",
-                f"init_transactions of transactional id {txn_id!r}",
-                lambda: transaction_step(
-                    "init_transactions",
-                    txn_id,
-                    self._bootstrap,
-                    INIT_STEP_S,
-                    lambda: producer.init_transactions(INIT_STEP_S),
-                ),  # fmt: skip
-                step_s=INIT_STEP_S,
-            )
+        init_transactions(producer, txn_id, self._bootstrap, self._patience)
         instance = uuid.uuid4().hex[:16]
         directory.mkdir(parents=True, exist_ok=True)
         tmp = owner_path.with_suffix(".tmp")

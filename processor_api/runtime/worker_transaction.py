@@ -44,7 +44,7 @@ from processor_api.kafka.markers import CommitLog
 from processor_api.kafka.names import worker_transactional_id
 from processor_api.kafka.producer import DeliveryTracker, make_producer
 from processor_api.kafka.transaction_ends import ends_one_at_a_time, one_at_a_time
-from processor_api.kafka.transactions import INIT_STEP_S, INIT_TIMEOUT_S, transaction_step
+from processor_api.kafka.transactions import init_transactions, transaction_step
 from processor_api.logging import get_logger
 from processor_api.runtime.guarantee import (
     ABANDON_ABORT_S,
@@ -132,24 +132,7 @@ class WorkerTransaction:
             kafka=self._kafka,
             message_timeout_ms=self._message_timeout_ms,
         )
-        if patience is None:
-            transaction_step(
-                "init_transactions", self.txn_id, self._bootstrap, INIT_TIMEOUT_S,
-                lambda: producer.init_transactions(INIT_TIMEOUT_S),
-            )  # fmt: skip
-        else:  # an outage is waited out; a timed-out init_transactions may be called again
-            patience.call(
-                "transactional producer",
-                f"init_transactions of transactional id {self.txn_id!r}",
-                lambda: transaction_step(
-                    "init_transactions",
-                    self.txn_id,
-                    self._bootstrap,
-                    INIT_STEP_S,
-                    lambda: producer.init_transactions(INIT_STEP_S),
-                ),  # fmt: skip
-                step_s=INIT_STEP_S,
-            )
+        init_transactions(producer, self.txn_id, self._bootstrap, patience)
         self._producer = producer
         self._writer = uuid.uuid4().hex[:16]
         for tracker in self._trackers.values():  # the tasks' collectors hold them

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from processor_api import Processor, ProcessorContext, Record, Serdes, Stores, Topology
 from processor_api.kafka.markers import latest_markers
@@ -222,7 +223,7 @@ def test_the_driver_fences_a_worker_that_lost_tasks_between_runs(kafka):
     stalled.produce(topic, key=b"late", value=b"v")
     stalled.flush(10)
     fence_transactional_ids(kafka.bootstrap_servers, [txn_id])
-    with pytest.raises(Exception, match="(?i)fenc|timed out|_TIMED_OUT"):
+    with pytest.raises(KafkaException, match="(?i)fenc|timed out|_TIMED_OUT"):
         stalled.produce(topic, key=b"later", value=b"v")
         stalled.flush(10)
         stalled.commit_transaction(5)
