@@ -7,11 +7,13 @@ Every layout's input topic is filled once; each repetition runs each contender o
 rotating order, from a cold start (fresh state directory, application id and repartition
 topic), sampling the peak PSS of all the run's processes (``bench/common.MemorySampler``).
 Contenders: ``workers`` (this tree) and, with ``BENCH_BASELINE_DIR``/``BENCH_BASELINE_REV``
-set (a checkout of an earlier commit), ``task hosts`` (that commit). Each run's counts are
+set (a checkout of an earlier commit), ``task hosts`` (that commit); ``--variant NAME=ARGS``
+adds this tree run with ARGS added to run-topology (e.g. ``--spark-conf`` settings), named
+NAME. Each run's counts are
 read back from its local stores and must sum to the records. ``--guarantee exactly_once_v2``
 runs every contender under exactly-once (one transactional producer per task before issue 35's
 producer per worker, one per worker since). Writes
-``bench/results/workers-<records>[-<guarantee>]-<date>.json``.
+``bench/results/workers-<records>[-<guarantee>][-<tag>]-<date>.json``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import tempfile
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +53,17 @@ BASELINE_DIR = os.environ.get("BENCH_BASELINE_DIR")
 BASELINE_REV = os.environ.get("BENCH_BASELINE_REV", "baseline")
 WORKERS = "workers"
 TASK_HOSTS = f"task hosts ({BASELINE_REV})"
+#: Other contenders on this tree: name -> arguments added to run-topology (``--variant``).
+VARIANTS: dict[str, list[str]] = {}
 
 
 def _command(
-    topic: str, repartition: str | None, state_dir: str, app_id: str, library: Path = REPO_DIR
+    topic: str,
+    repartition: str | None,
+    state_dir: str,
+    app_id: str,
+    library: Path = REPO_DIR,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     cmd = [
         PYTHON, "-m", run_topology_module(library), "topologies.count_per_key:build_topology",
@@ -62,7 +73,7 @@ def _command(
     ]  # fmt: skip
     if repartition is not None:
         cmd += ["--topology-arg", f"repartition_topic={json.dumps(repartition)}"]
-    return cmd
+    return cmd + list(extra)
 
 
 def _counts(state_dir: str, app_id: str) -> dict[str, int]:
@@ -84,14 +95,14 @@ def run_layout(
         f"layout {tag}: {records} records on {partitions} partitions, {subtopologies} sub-topologies"
     )
 
-    def contender(name: str, directory: Path) -> Any:
+    def contender(name: str, directory: Path, extra: Sequence[str] = ()) -> Any:
         def run(rep: int) -> RunOutcome:
             state_dir = tempfile.mkdtemp(prefix="bench-workers-")
             app_id = f"bench-workers-{tag}-{rep}-{uuid.uuid4().hex[:6]}"
             repartition = f"{app_id}-rp" if subtopologies == 2 else None
             if repartition is not None:
                 broker.create_topic(repartition, partitions)
-            cmd = _command(topic, repartition, state_dir, app_id, directory)
+            cmd = _command(topic, repartition, state_dir, app_id, directory, extra)
             cmd[cmd.index("BOOTSTRAP")] = broker.bootstrap
             memory: dict[str, Any] = {}
             wall, code, _, log_path = run_command(
@@ -115,6 +126,8 @@ def run_layout(
     contenders = {WORKERS: contender(WORKERS, REPO_DIR)}
     if BASELINE_DIR:
         contenders[TASK_HOSTS] = contender(TASK_HOSTS, Path(BASELINE_DIR))
+    for name, extra in VARIANTS.items():
+        contenders[name] = contender(name, REPO_DIR, extra)
     outcomes = alternate(contenders, reps)
     summary = {}
     for name in contenders:
@@ -136,6 +149,7 @@ def run_layout(
         "command": " ".join(
             _command(topic, "REPARTITION" if subtopologies == 2 else None, "STATE_DIR", "APP")
         ),  # fmt: skip
+        "variants": {name: " ".join(extra) for name, extra in VARIANTS.items()},
         "runs": outcome_dicts(outcomes),
         "summary": summary,
     }
@@ -147,11 +161,18 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--layout", action="append", default=None,
                         help="P or PxS (S=2: through a repartition topic); repeatable")  # fmt: skip
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                        help="another contender: this tree with ARGS (shell words) added to "
+                        "run-topology; repeatable")  # fmt: skip
+    parser.add_argument("--tag", default="", help="added to the result file's name")
     parser.add_argument("--guarantee", default="at_least_once",
                         choices=["at_least_once", "exactly_once_v2"])  # fmt: skip
     args = parser.parse_args()
     global GUARANTEE
     GUARANTEE = args.guarantee
+    for variant in args.variant:
+        name, _, words = variant.partition("=")
+        VARIANTS[name] = shlex.split(words)
     layouts = []
     for text in args.layout or ["3", "24"]:
         partitions, _, subtopologies = text.partition("x")
@@ -166,6 +187,7 @@ def main() -> None:
         f"{args.records // 1000}k" if args.records < 1_000_000 else f"{args.records // 1_000_000}M"
     )
     suffix = "" if GUARANTEE == "at_least_once" else f"-{GUARANTEE.replace('_', '-')}"
+    suffix += f"-{args.tag}" if args.tag else ""
     write_result(
         f"workers-{tag}{suffix}",
         {

@@ -281,9 +281,9 @@ class TaskRunner:
             last = self._committed
             return {} if last is None else dict(last.metadata.input_positions)
         task = self._task
-        # the task's own positions, not Task.metadata(): that copies the schedules too,
-        # which the loop may change while the query link's thread reads
-        return {} if task is None else dict(task._positions)
+        # not Task.metadata(): that copies the schedules too, which the loop may change
+        # while the query link's thread reads
+        return {} if task is None else task.input_positions()
 
     def _committed_changelog_offset(self, store: str) -> int | None:
         """Where ``store``'s changelog stood at the task's last commit (None before one)."""
