@@ -27,7 +27,7 @@ from processor_api.processor import (
     RecordMetadata,
 )
 from processor_api.restore_listener import StateRestoreListener
-from processor_api.serdes import Serde, Serdes, SerializationError
+from processor_api.serdes import Serde, Serdes, SerdeUnavailableError, SerializationError
 from processor_api.state import (
     PUT_RETURN_CODE_NOT_PUT,
     PUT_RETURN_CODE_VALID_TO_UNDEFINED,
@@ -72,6 +72,7 @@ __all__ = [
     "RecordMetadata",
     "Serde",
     "Serdes",
+    "SerdeUnavailableError",
     "SerializationError",
     "StoreBuilder",
     "StoreError",

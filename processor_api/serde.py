@@ -36,6 +36,13 @@ class SerializationError(ValueError):
     """Raised when an object cannot be serialized or bytes cannot be deserialized."""
 
 
+class SerdeUnavailableError(SerializationError):
+    """A service the serde needs (a Schema Registry) did not answer: nothing is known to be
+    wrong with the record. The deserialization, processing and production handlers are not
+    asked, since one that continues would skip records the service would have read: the task
+    fails, naming the record, and a run resumes from its last commit."""
+
+
 class Serde:
     """A pair of functions turning objects into bytes and back.
 

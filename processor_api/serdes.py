@@ -3,7 +3,7 @@
 The built-in serdes (string, bytes, integer, long, double, json) and the :class:`Serde` type
 are :mod:`processor_api.serde`'s; the Schema Registry serdes (Avro, JSON Schema, Protobuf) are
 ``schemas/``'s, imported when first asked for (they need ``confluent-kafka[schemaregistry]``).
-``Serde`` and ``SerializationError`` are importable from here too.
+``Serde``, ``SerializationError`` and ``SerdeUnavailableError`` are importable from here too.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from processor_api import serde
-from processor_api.serde import Serde, SerializationError
+from processor_api.serde import Serde, SerdeUnavailableError, SerializationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["Serde", "Serdes", "SerializationError"]
+__all__ = ["Serde", "SerdeUnavailableError", "Serdes", "SerializationError"]
 
 
 class Serdes:

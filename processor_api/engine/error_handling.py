@@ -39,6 +39,7 @@ from processor_api.error_handlers import (
 from processor_api.errors import ProcessingError
 from processor_api.logging import get_logger
 from processor_api.processor import Record
+from processor_api.serde import SerdeUnavailableError
 from processor_api.state.undo import UndoLog
 
 __all__ = [
@@ -141,6 +142,16 @@ class ErrorHandling:
             "processor": context.processor,
             "task_id": self.task_id,
         }
+        unavailable = _unavailable_service(error)
+        if unavailable is not None:
+            # a handler that continues would skip records the service would have read
+            self._log.error(
+                f"{kind}_failed_service_unavailable",
+                error=f"{type(unavailable).__name__}: {unavailable}",
+                handler_not_asked=handler_name(handler),
+                **where,
+            )
+            return HandlerResponse.fail()
         try:
             response = handler(context, record, error)  # type: ignore[arg-type]
         except Exception as exc:
@@ -284,3 +295,15 @@ def handle_production_error(
     """
     handling = ErrorHandling(config, task_id, send)
     return handling.on_delivery_error(record, error, processor=processor, source=source)
+
+
+def _unavailable_service(error: BaseException) -> SerdeUnavailableError | None:
+    """The :class:`SerdeUnavailableError` ``error`` is or was raised from, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, SerdeUnavailableError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

@@ -20,7 +20,7 @@ from typing import Any
 
 from processor_api.errors import ConfigError
 from processor_api.schemas.registry import client_config, client_for
-from processor_api.serde import Serde, SerializationError
+from processor_api.serde import Serde, SerdeUnavailableError, SerializationError
 
 MakeSerializer = Callable[[Any], Callable[[Any, Any], bytes]]
 MakeDeserializer = Callable[[Any], Callable[[bytes, Any], Any]]
@@ -29,7 +29,7 @@ MakeDeserializer = Callable[[Any], Callable[[bytes, Any], Any]]
 FromPlain = Callable[[Any], Any]
 
 
-class RegistryUnavailableError(SerializationError):
+class RegistryUnavailableError(SerdeUnavailableError):
     """The Schema Registry did not answer (connection refused or reset, a timeout, a 5xx,
     408 or 429 answer after the client's retries): nothing is wrong with the data; ask
     again later. ``url`` is the registry's (without credentials)."""

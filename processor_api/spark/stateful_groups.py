@@ -27,7 +27,7 @@ def apply_in_pandas_with_state(
     timeout)`` (``grouped``: a ``GroupedData``; schemas as DDL strings), planned as pyspark
     plans it."""
     from pyspark.sql import DataFrame
-    from pyspark.sql.pandas.functions import vectorized_udf
+    from pyspark.sql.pandas.functions import vectorized_udf  # type: ignore[attr-defined]
     from pyspark.sql.types import StructType
     from pyspark.util import PythonEvalType
 

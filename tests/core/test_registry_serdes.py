@@ -8,6 +8,7 @@ topology writes is read by ``confluent_kafka``'s deserializers.
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import pytest
@@ -206,3 +207,63 @@ def test_a_run_hands_its_registry_settings_to_the_executors(tmp_path):
         "url": "http://r:8081",
         "basic.auth.user.info": "u:p",
     }
+
+
+@pytest.fixture
+def dead_registry() -> dict:
+    """Settings of a registry nothing answers at (a loopback port just freed), no retries."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return {"url": f"http://127.0.0.1:{port}", "max.retries": 0}
+
+
+def _outage_topology(where: str, dead: dict, mock: str) -> Topology:
+    """users (string, bytes) -> pass -> users-renamed: the dead registry's serde reads the
+    input (``deserialization``), is called by the processor (``processing``) or writes the
+    output (``production``); ``mock`` is the registry the input was written with."""
+    from processor_api import Processor
+
+    dead_serde = Serdes.avro(USER_AVRO, registry=dead).for_topic("users", False)
+
+    class _Pass(Processor):
+        def init(self, context):
+            self.context = context
+
+        def process(self, record):
+            if where == "processing":
+                dead_serde.serialize(record.value)  # looks the schema up in the registry
+            self.context.forward(record)
+
+    topology = Topology()
+    source = Serdes.avro(USER_AVRO, registry=dead if where == "deserialization" else mock)
+    topology.add_source("in", "users", key_serde=Serdes.string(), value_serde=source)
+    topology.add_processor("pass", _Pass, "in")
+    sink = Serdes.avro(USER_AVRO, registry=dead if where == "production" else mock)
+    topology.add_sink("out", "users-renamed", "pass", key_serde=Serdes.string(), value_serde=sink)
+    return topology
+
+
+@pytest.mark.parametrize(
+    ("where", "handler"),
+    [
+        ("deserialization", "default.deserialization.exception.handler"),
+        ("processing", "processing.exception.handler"),
+        ("production", "production.exception.handler"),
+    ],
+)
+def test_a_registry_outage_fails_the_task_whatever_the_handlers_say(where, handler, dead_registry):
+    # a handler that continues would skip every record while the registry is down
+    mock = f"mock://{uuid.uuid4().hex}"
+    written = confluent_serdes("avro", client_for({"url": mock}))[0](
+        user_of("avro", 7, "ann"), SerializationContext("users", MessageField.VALUE)
+    )
+    config = {handler: "log_and_continue"}
+    with TopologyTestDriver(_outage_topology(where, dead_registry, mock), config) as driver:
+        source = driver.create_input_topic("users", Serdes.string(), Serdes.bytes())
+        with pytest.raises(ProcessingError) as failure:
+            source.pipe_input("k", written)
+    message = str(failure.value)
+    assert "did not answer" in message and dead_registry["url"] in message
+    assert "topic=users" in message.replace("'", "") and "offset=0" in message
