@@ -18,7 +18,9 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from processor_api.config import StreamsConfig
 from processor_api.engine.metadata import TaskMetadata
@@ -38,11 +40,6 @@ OUTPUT_SCHEMA = (
     "stream_time long, positions string, duration_ms double, pid int, inits int, lag long"
 )
 STATE_SCHEMA = "metadata string"
-
-if TYPE_CHECKING:
-    # imported where a frame is made: the driver imports this module to plan the query and
-    # holds no pandas (``stateful_groups.py``); the workers' daemon has it preloaded
-    import pandas as pd
 
 _configured: set[str] = set()
 
@@ -132,8 +129,6 @@ def run_epoch(
         rows["pid"].append(os.getpid())
         rows["inits"].append(task_reply.inits)
         rows["lag"].append(task_reply.lag)
-    import pandas as pd
-
     frame = pd.DataFrame({name: values for name, values in rows.items() if name != "lag"})
     frame["lag"] = pd.Series(rows["lag"], dtype="Int64")
     yield frame

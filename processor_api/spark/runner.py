@@ -310,15 +310,17 @@ class TopologyRunner:
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         from processor_api.spark.epoch_function import run_epoch
-        from processor_api.spark.stateful_groups import apply_in_pandas_with_state
 
-        results = apply_in_pandas_with_state(
-            epoch_rows(spark, group_keys, ids).groupBy("task"),
-            partial(run_epoch, spec, end),
-            OUTPUT_SCHEMA,
-            STATE_SCHEMA,
-            "append",
-            GroupStateTimeout.NoTimeout,
+        results = (
+            epoch_rows(spark, group_keys, ids)
+            .groupBy("task")
+            .applyInPandasWithState(
+                partial(run_epoch, spec, end),
+                outputStructType=OUTPUT_SCHEMA,
+                stateStructType=STATE_SCHEMA,
+                outputMode="append",
+                timeoutConf=GroupStateTimeout.NoTimeout,
+            )
         )
         writer = (
             observed(results)
