@@ -8,8 +8,8 @@ rotating order, from a cold start (fresh state directory, application id and rep
 topic), sampling the peak PSS of all the run's processes (``bench/common.MemorySampler``).
 Contenders: ``workers`` (this tree) and, with ``BENCH_BASELINE_DIR``/``BENCH_BASELINE_REV``
 set (a checkout of an earlier commit), ``task hosts`` (that commit); ``--variant NAME=ARGS``
-adds this tree run with ARGS added to run-topology (e.g. ``--spark-conf`` settings), named
-NAME. Each run's counts are
+adds this tree run with ARGS added to run-topology (e.g. ``--spark-conf`` settings; a word
+``env:KEY=VALUE`` sets an environment variable of the run instead), named NAME. Each run's counts are
 read back from its local stores and must sum to the records. ``--guarantee exactly_once_v2``
 runs every contender under exactly-once (one transactional producer per task before issue 35's
 producer per worker, one per worker since). Writes
@@ -55,6 +55,8 @@ WORKERS = "workers"
 TASK_HOSTS = f"task hosts ({BASELINE_REV})"
 #: Other contenders on this tree: name -> arguments added to run-topology (``--variant``).
 VARIANTS: dict[str, list[str]] = {}
+#: A variant's word ``env:KEY=VALUE`` sets KEY in the run's environment instead.
+ENV_PREFIX = "env:"
 
 
 def _command(
@@ -102,14 +104,20 @@ def run_layout(
             repartition = f"{app_id}-rp" if subtopologies == 2 else None
             if repartition is not None:
                 broker.create_topic(repartition, partitions)
-            cmd = _command(topic, repartition, state_dir, app_id, directory, extra)
+            args = [word for word in extra if not word.startswith(ENV_PREFIX)]
+            env = dict(
+                word[len(ENV_PREFIX) :].split("=", 1)
+                for word in extra
+                if word.startswith(ENV_PREFIX)
+            )
+            cmd = _command(topic, repartition, state_dir, app_id, directory, args)
             cmd[cmd.index("BOOTSTRAP")] = broker.bootstrap
             memory: dict[str, Any] = {}
             wall, code, _, log_path = run_command(
                 cmd,
                 label=f"workers-{tag}-{name.split()[0]}-{rep}",
                 timeout_s=TIMEOUT_S,
-                env={"PYTHONPATH": str(directory)},
+                env={"PYTHONPATH": str(directory), **env},
                 cwd=directory,
                 memory=memory,
             )
