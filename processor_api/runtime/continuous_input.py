@@ -60,6 +60,16 @@ PROBE_AFTER_S = 5.0
 PROBE_TIMEOUT_S = 2.0
 
 
+#: librdkafka's ``queued.min.messages`` for a worker's consumer: it fetches a partition again
+#: once fewer than this many of its records wait in the client. librdkafka's default (100,000
+#: per partition) kept much of a backlog in each worker host's memory (in the 3-task run of
+#: ``bench/workers.py`` hosts of 75-100 MiB PSS, one allocator arena of up to 64 MiB each;
+#: 56-62 MiB with this value, as fast), for no speed: a fetch still brings up to
+#: ``max.partition.fetch.bytes`` and the loop takes ``POLL_RECORDS`` at a time. The user's
+#: ``consumer.queued.min.messages`` wins.
+PREFETCH_MESSAGES = 2_000
+
+
 class WorkerInput:
     """The one consumer of a worker's tasks (see the module docs)."""
 
@@ -80,7 +90,11 @@ class WorkerInput:
                 client_name,
                 role="consumer",
                 kafka=kafka,
-                defaults={"fetch.wait.max.ms": 50, **LARGE_FETCH},
+                defaults={
+                    "fetch.wait.max.ms": 50,
+                    **LARGE_FETCH,
+                    "queued.min.messages": PREFETCH_MESSAGES,
+                },
                 **{
                     "group.id": f"processor-api-{client_name}-{uuid.uuid4().hex}",  # never joined
                     "enable.auto.commit": False,
