@@ -63,11 +63,10 @@ PROBE_TIMEOUT_S = 2.0
 #: librdkafka's ``queued.min.messages`` for a worker's consumer: it fetches a partition again
 #: once fewer than this many of its records wait in the client. librdkafka's default (100,000
 #: per partition) kept much of a backlog in each worker host's memory (in the 3-task run of
-#: ``bench/workers.py`` hosts of 75-100 MiB PSS, one allocator arena of up to 64 MiB each;
-#: 56-62 MiB with this value, as fast), for no speed: a fetch still brings up to
-#: ``max.partition.fetch.bytes`` and the loop takes ``POLL_RECORDS`` at a time. The user's
-#: ``consumer.queued.min.messages`` wins.
-PREFETCH_MESSAGES = 2_000
+#: ``bench/workers.py`` hosts of 75-100 MiB PSS, one allocator arena of up to 64 MiB each).
+#: Two polls' worth keeps the loop fed while the next fetch is under way (at 2,000 the runs
+#: took 8-10 % longer). The user's ``consumer.queued.min.messages`` wins.
+PREFETCH_MESSAGES = 2 * POLL_RECORDS
 
 
 class WorkerInput:

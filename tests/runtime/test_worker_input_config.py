@@ -27,7 +27,7 @@ def consumer_configs(monkeypatch) -> list[dict[str, Any]]:
 def test_a_worker_keeps_a_few_thousand_records_per_partition_in_its_client(consumer_configs):
     # librdkafka's own default (100,000 per partition) held much of a backlog in memory
     WorkerInput("127.0.0.1:9", "w", isolation_level="read_committed")
-    assert consumer_configs[0]["queued.min.messages"] == PREFETCH_MESSAGES == 2_000
+    assert consumer_configs[0]["queued.min.messages"] == PREFETCH_MESSAGES == 10_000
 
 
 def test_the_users_consumer_setting_wins(consumer_configs):
