@@ -60,15 +60,6 @@ PROBE_AFTER_S = 5.0
 PROBE_TIMEOUT_S = 2.0
 
 
-#: librdkafka's ``queued.min.messages`` for a worker's consumer: it fetches a partition again
-#: once fewer than this many of its records wait in the client. librdkafka's default (100,000
-#: per partition) kept much of a backlog in each worker host's memory (in the 3-task run of
-#: ``bench/workers.py`` hosts of 75-100 MiB PSS, one allocator arena of up to 64 MiB each).
-#: Two polls' worth keeps the loop fed while the next fetch is under way (at 2,000 the runs
-#: took 8-10 % longer). The user's ``consumer.queued.min.messages`` wins.
-PREFETCH_MESSAGES = 2 * POLL_RECORDS
-
-
 class WorkerInput:
     """The one consumer of a worker's tasks (see the module docs)."""
 
@@ -89,11 +80,7 @@ class WorkerInput:
                 client_name,
                 role="consumer",
                 kafka=kafka,
-                defaults={
-                    "fetch.wait.max.ms": 50,
-                    **LARGE_FETCH,
-                    "queued.min.messages": PREFETCH_MESSAGES,
-                },
+                defaults={"fetch.wait.max.ms": 50, **LARGE_FETCH},
                 **{
                     "group.id": f"processor-api-{client_name}-{uuid.uuid4().hex}",  # never joined
                     "enable.auto.commit": False,
