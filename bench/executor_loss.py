@@ -34,6 +34,8 @@ from typing import Any
 
 from bench.common import Broker, log, machine_info, stats, write_result
 
+SCHEDULER_LOG4J = Path(__file__).with_name("log4j2-scheduler.properties")
+
 
 def _watched(loss: Any) -> dict[str, Any]:
     """The figures of a watched run (``LossLayout.observe_s`` > 0), in seconds."""
@@ -101,6 +103,12 @@ def main() -> None:
     )
     parser.add_argument("--observe-s", type=float, default=0.0, help="watch Spark's executors")
     parser.add_argument("--variant", default="", help="result file name: executor-loss-<variant>")
+    parser.add_argument(
+        "--scheduler-log",
+        action="store_true",
+        help="Spark's scheduler and shuffle-fetch lines at INFO, with milliseconds, in run.log "
+        "and the executors' logs (bench/log4j2-scheduler.properties)",
+    )
     args = parser.parse_args()
     from tests.harness.executor_loss import LossLayout, run_executor_loss
     from tests.integration.test_local_cluster import _executor_dirs
@@ -112,6 +120,7 @@ def main() -> None:
         products=args.products,
         rate_per_s=args.rate,
         observe_s=args.observe_s,
+        spark_log4j=SCHEDULER_LOG4J if args.scheduler_log else None,
     )
     loadavg_at_start = list(os.getloadavg())
     broker = Broker.start()

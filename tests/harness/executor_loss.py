@@ -41,6 +41,7 @@ from typing import Any
 from processor_api.kafka.partitioner import default_partition
 from processor_api.query import QueryClient, TaskUnavailableError
 from processor_api.runtime.host_client import HOST_FILE
+from processor_api.spark.session import DEFAULT_DRIVER_JAVA_OPTIONS
 from processor_api.store_queries import open_store_reader
 from tests.harness.folds import (
     Comparison,
@@ -79,8 +80,11 @@ class MoveLookups:
 
 
 #: the driver's log line when Spark's scheduler has seen an executor go (log4j2 pattern
-#: ``yy/MM/dd HH:mm:ss``, the JVM's time zone: UTC here)
-LOST_EXECUTOR = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ERROR \S+: Lost executor (\S+)")
+#: ``yy/MM/dd HH:mm:ss``, with ``.SSS`` under ``LossLayout.spark_log4j``; the JVM's time zone:
+#: UTC here)
+LOST_EXECUTOR = re.compile(
+    r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{3})?) ERROR \S+: Lost executor (\S+)"
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,9 @@ class LossLayout:
     products: int = 12
     rate_per_s: int = 0
     observe_s: float = 0.0
+    #: a log4j2 configuration for the driver and the executors instead of the run's own (the
+    #: bench's ``--scheduler-log``: Spark's scheduler lines, with milliseconds)
+    spark_log4j: Path | None = None
 
     @property
     def master(self) -> str:
@@ -284,11 +291,13 @@ def log_events(stderr: str, names: set[str]) -> list[dict[str, Any]]:
 
 
 def lost_executor_logged(driver_log: str, executor: str) -> float | None:
-    """When the driver logged ``Lost executor <executor>`` (epoch seconds, whole seconds)."""
+    """When the driver logged ``Lost executor <executor>`` (epoch seconds; whole seconds unless
+    the log has milliseconds)."""
     for line in driver_log.splitlines():
         match = LOST_EXECUTOR.match(line)
         if match and match.group(2) == executor:
-            stamp = datetime.strptime(match.group(1), "%y/%m/%d %H:%M:%S")
+            shape = "%y/%m/%d %H:%M:%S.%f" if "." in match.group(1) else "%y/%m/%d %H:%M:%S"
+            stamp = datetime.strptime(match.group(1), shape)
             return stamp.replace(tzinfo=UTC).timestamp()
     return None
 
@@ -395,7 +404,13 @@ def run_executor_loss(
     if layout.threads is not None:
         config["num.stream.threads"] = str(layout.threads)
     port = free_port() if layout.observe_s > 0 else None
-    ui = [] if port is None else ["spark.ui.enabled=true", f"spark.ui.port={port}"]
+    confs = [] if port is None else ["spark.ui.enabled=true", f"spark.ui.port={port}"]
+    executor_options = marker
+    if layout.spark_log4j is not None:
+        # a later -D wins: after the run's own log4j2 file on both command lines
+        log4j = f"-Dlog4j2.configurationFile={layout.spark_log4j.resolve().as_uri()}"
+        executor_options = f"{marker} {log4j}"
+        confs += [f"spark.driver.extraJavaOptions={DEFAULT_DRIVER_JAVA_OPTIONS} {log4j}"]
     gate = restore_gate(app_id)
     queries_flags: list[str] = []
     if watch_queries:
@@ -416,14 +431,14 @@ def run_executor_loss(
             "5",
             "--state-dir-per-executor",
             "--spark-conf",
-            f"spark.executor.extraJavaOptions={marker}",
+            f"spark.executor.extraJavaOptions={executor_options}",
             # the run sizes its workers from the executors registered when its query starts:
             # Spark waits for both (up to 30 s) only when it knows how many cores to expect
             "--spark-conf",
             f"spark.cores.max={2 * layout.cores}",
             "--spark-conf",
             "spark.scheduler.minRegisteredResourcesRatio=1.0",
-            *(arg for conf in ui for arg in ("--spark-conf", conf)),
+            *(arg for conf in confs for arg in ("--spark-conf", conf)),
             *queries_flags,
         ],
     )
