@@ -30,9 +30,10 @@ SLOW_POLL_S = 5.0
 
 def spark_executors(spark: Any) -> set[str]:
     """The executors Spark's status tracker lists now (``host:port`` of their block managers;
-    the driver is among them)."""
+    the driver is among them). An executor that registered but whose block manager has not
+    yet is listed with port 0 for a moment: it is left out until it has its port."""
     infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
-    return {f"{info.host()}:{info.port()}" for info in infos}
+    return {f"{info.host()}:{info.port()}" for info in infos if info.port() > 0}
 
 
 class ExecutorSet:
