@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from processor_api.spark.executor_watch import ExecutorSet, ExecutorWatch
+from processor_api.spark.executor_watch import ExecutorSet, ExecutorWatch, spark_executors
 
 
 def test_the_first_look_reports_nothing_then_changes_are_reported_once():
@@ -44,3 +44,34 @@ def test_the_thread_goes_on_after_a_failed_look_and_stops_when_asked():
         watch.stop()
         watch.join(10)
     assert not watch.is_alive()
+
+
+class _Info:
+    def __init__(self, host: str, port: int) -> None:
+        self._host, self._port = host, port
+
+    def host(self) -> str:
+        return self._host
+
+    def port(self) -> int:
+        return self._port
+
+
+class _Session:
+    """What ``spark_executors`` reads of a session: the status tracker's executor infos."""
+
+    def __init__(self, infos: list[_Info]) -> None:
+        tracker = type("Tracker", (), {"getExecutorInfos": lambda _: infos})()
+        sc = type("SC", (), {"statusTracker": lambda _: tracker})()
+        jsc = type("JSC", (), {"sc": lambda _: sc})()
+        self.sparkContext = type("Context", (), {"_jsc": jsc})()
+
+
+def test_an_executor_without_its_block_manager_yet_is_not_listed():
+    # seen in a run: the replacement was listed with port 0, then with its port, which read
+    # as an executor lost and cut the epochs a second time
+    registering = _Session([_Info("h", 7077), _Info("h", 0)])
+    registered = _Session([_Info("h", 7077), _Info("h", 38137)])
+    executors = ExecutorSet()
+    assert executors.update(spark_executors(registering)) == (set(), set())
+    assert executors.update(spark_executors(registered)) == (set(), {"h:38137"})
