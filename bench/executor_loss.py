@@ -60,6 +60,9 @@ def _watched(loss: Any) -> dict[str, Any]:
                         },
                     }
                 )
+    gaps = watch.longest_output_gap_s
+    lost = [gaps[t] for t in watch.lost_tasks if t in gaps]
+    kept = [gap for task, gap in gaps.items() if task not in watch.lost_tasks]
     registered = watch.replacement_registered_at
     share = watch.replacement_share_at
     return {
@@ -80,6 +83,10 @@ def _watched(loss: Any) -> dict[str, Any]:
         if None in taken or not taken
         else max(t for t in taken if t is not None),
         "moved_task_restores": restores,
+        "lost_tasks": watch.lost_tasks,
+        "longest_output_gap_after_kill_s": gaps,
+        "longest_output_gap_lost_tasks_s": max(lost) if lost else None,
+        "longest_output_gap_survivor_tasks_s": max(kept) if kept else None,
         "replacement": watch.replacement,
         "replacement_registered_after_kill_s": None
         if registered is None
@@ -185,6 +192,20 @@ def _write(
                     r["replacement_share_after_registered_s"]
                     for r in runs
                     if r.get("replacement_share_after_registered_s") is not None
+                ]
+            ),
+            "longest_output_gap_lost_tasks_s": stats(
+                [
+                    r["longest_output_gap_lost_tasks_s"]
+                    for r in runs
+                    if r.get("longest_output_gap_lost_tasks_s") is not None
+                ]
+            ),
+            "longest_output_gap_survivor_tasks_s": stats(
+                [
+                    r["longest_output_gap_survivor_tasks_s"]
+                    for r in runs
+                    if r.get("longest_output_gap_survivor_tasks_s") is not None
                 ]
             ),
             "all_exact": all(r["exact"] for r in runs),

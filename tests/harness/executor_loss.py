@@ -56,7 +56,7 @@ from tests.harness.folds import (
 )
 from tests.harness.processes import CliRun, cli_args
 from tests.harness.query_watch import Lookup, QueryWatch
-from tests.harness.topics import TopicRecord, committed_records, uid
+from tests.harness.topics import TopicReader, TopicRecord, committed_records, uid
 from tests.integration.query_topologies import restore_gate
 
 PARTITIONS = 2
@@ -134,6 +134,11 @@ class Watch:
     timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     #: executor id -> its log events (restores, epochs) parsed from its stderr
     events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the tasks the killed executor's workers held just before the kill
+    lost_tasks: list[str] = field(default_factory=list)
+    #: per task, the longest time without a new committed notification from the kill to the
+    #: end of the watch (seconds; ``OutputGaps``, sampled every 0.25 s)
+    longest_output_gap_s: dict[str, float] = field(default_factory=dict)
 
     def after_loss_seen(self, at: float | None) -> float | None:
         """Seconds from the loss being seen (REST sample) to ``at``."""
@@ -335,6 +340,56 @@ class SteadySales(threading.Thread):
         return self.sales
 
 
+class OutputGaps(threading.Thread):
+    """Tails the output topic (``read_committed``) and keeps, per task (each writes its own
+    output partition), the longest time from the kill on without a new committed record
+    (those committed before the kill, ``before``, left out), sampled every 0.25 s; the gap
+    still open at :meth:`stop` counts too."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        killed_at: float,
+        before: set[tuple[int, int]],
+    ) -> None:
+        super().__init__(name="output-gaps", daemon=True)
+        self._reader = TopicReader(bootstrap, topic, isolation="read_committed")
+        self._partitions, self._killed_at, self._before = partitions, killed_at, before
+        self._stopping = threading.Event()
+        self.longest: dict[str, float] = {}
+
+    def run(self) -> None:
+        with self._reader:
+            counts: dict[int, int] = {}
+            last: dict[int, float] = dict.fromkeys(range(self._partitions), self._killed_at)
+            while not self._stopping.wait(0.25):
+                now = time.time()
+                seen: dict[int, int] = {}
+                for record in self._reader.records:
+                    if (record.partition, record.offset) not in self._before:
+                        seen[record.partition] = seen.get(record.partition, 0) + 1
+                for partition in range(self._partitions):
+                    if seen.get(partition, 0) != counts.get(partition, 0):
+                        counts[partition] = seen.get(partition, 0)
+                        self._gap(partition, now - last[partition])
+                        last[partition] = now
+            now = time.time()
+            for partition in range(self._partitions):
+                self._gap(partition, now - last[partition])
+
+    def _gap(self, partition: int, gap_s: float) -> None:
+        task = f"0_{partition}"
+        self.longest[task] = round(max(self.longest.get(task, 0.0), gap_s), 2)
+
+    def stop(self) -> dict[str, float]:
+        """Stop; the longest gap per task."""
+        self._stopping.set()
+        self.join(30)
+        return dict(sorted(self.longest.items()))
+
+
 class ExecutorWatcher(threading.Thread):
     """Samples Spark's running workers per executor every 0.5 s into ``watch.timeline``."""
 
@@ -458,6 +513,7 @@ def run_executor_loss(
     query_watch: QueryWatch | None = None
     steady = SteadySales(bootstrap, input_topic, layout) if layout.rate_per_s else None
     watcher: ExecutorWatcher | None = None
+    gaps: OutputGaps | None = None
     try:
         produce_sales(bootstrap, input_topic, first, layout.partitions)
         _wait_until(
@@ -477,6 +533,7 @@ def run_executor_loss(
         )
         victim = executors[0]
         victim_id = str(executor_id_of(victim))  # read while it lives: /proc goes with it
+        lost_tasks = tasks_held(tmp_path / "state", victim_id, app_id)
         before = {(r.partition, r.offset) for r in _committed(bootstrap, output_topic)[0]}
         if watch_queries:
             url = run.wait_event("query_server_started", 60).event["url"]
@@ -495,9 +552,11 @@ def run_executor_loss(
                 raise ExecutorLossFailed(
                     f"killed executor {victim_id} is not among Spark's {before_workers}"
                 )
-            watch = Watch(killed_at_wall, victim_id, before_workers)
+            watch = Watch(killed_at_wall, victim_id, before_workers, lost_tasks=lost_tasks)
             watcher = ExecutorWatcher(port, watch)
             watcher.start()
+            gaps = OutputGaps(bootstrap, output_topic, layout.partitions, killed_at_wall, before)
+            gaps.start()
         produce_sales(bootstrap, input_topic, second, layout.partitions)
         if query_watch is not None:
             _wait_until(
@@ -525,6 +584,8 @@ def run_executor_loss(
         if watcher is not None:
             time.sleep(max(0.0, killed_at + layout.observe_s - time.monotonic()))
             watcher.stop()
+            if gaps is not None:
+                watcher.watch.longest_output_gap_s = gaps.stop()
         sales = first + second + (steady.stop() if steady is not None else [])
         kept, aborted = _wait_until(
             "every notification",
@@ -579,6 +640,8 @@ def run_executor_loss(
         gate.unlink(missing_ok=True)
         if watcher is not None:
             watcher.stop()
+        if gaps is not None and gaps.is_alive():
+            gaps.stop()
         if steady is not None and steady.is_alive():
             steady.stop()
         if run.is_alive():
