@@ -34,6 +34,8 @@ from typing import Any
 
 from bench.common import Broker, log, machine_info, stats, write_result
 
+SCHEDULER_LOG4J = Path(__file__).with_name("log4j2-scheduler.properties")
+
 
 def _watched(loss: Any) -> dict[str, Any]:
     """The figures of a watched run (``LossLayout.observe_s`` > 0), in seconds."""
@@ -58,6 +60,9 @@ def _watched(loss: Any) -> dict[str, Any]:
                         },
                     }
                 )
+    gaps = watch.longest_output_gap_s
+    lost = [gaps[t] for t in watch.lost_tasks if t in gaps]
+    kept = [gap for task, gap in gaps.items() if task not in watch.lost_tasks]
     registered = watch.replacement_registered_at
     share = watch.replacement_share_at
     return {
@@ -78,6 +83,10 @@ def _watched(loss: Any) -> dict[str, Any]:
         if None in taken or not taken
         else max(t for t in taken if t is not None),
         "moved_task_restores": restores,
+        "lost_tasks": watch.lost_tasks,
+        "longest_output_gap_after_kill_s": gaps,
+        "longest_output_gap_lost_tasks_s": max(lost) if lost else None,
+        "longest_output_gap_survivor_tasks_s": max(kept) if kept else None,
         "replacement": watch.replacement,
         "replacement_registered_after_kill_s": None
         if registered is None
@@ -101,6 +110,12 @@ def main() -> None:
     )
     parser.add_argument("--observe-s", type=float, default=0.0, help="watch Spark's executors")
     parser.add_argument("--variant", default="", help="result file name: executor-loss-<variant>")
+    parser.add_argument(
+        "--scheduler-log",
+        action="store_true",
+        help="Spark's scheduler and shuffle-fetch lines at INFO, with milliseconds, in run.log "
+        "and the executors' logs (bench/log4j2-scheduler.properties)",
+    )
     args = parser.parse_args()
     from tests.harness.executor_loss import LossLayout, run_executor_loss
     from tests.integration.test_local_cluster import _executor_dirs
@@ -112,6 +127,7 @@ def main() -> None:
         products=args.products,
         rate_per_s=args.rate,
         observe_s=args.observe_s,
+        spark_log4j=SCHEDULER_LOG4J if args.scheduler_log else None,
     )
     loadavg_at_start = list(os.getloadavg())
     broker = Broker.start()
@@ -176,6 +192,20 @@ def _write(
                     r["replacement_share_after_registered_s"]
                     for r in runs
                     if r.get("replacement_share_after_registered_s") is not None
+                ]
+            ),
+            "longest_output_gap_lost_tasks_s": stats(
+                [
+                    r["longest_output_gap_lost_tasks_s"]
+                    for r in runs
+                    if r.get("longest_output_gap_lost_tasks_s") is not None
+                ]
+            ),
+            "longest_output_gap_survivor_tasks_s": stats(
+                [
+                    r["longest_output_gap_survivor_tasks_s"]
+                    for r in runs
+                    if r.get("longest_output_gap_survivor_tasks_s") is not None
                 ]
             ),
             "all_exact": all(r["exact"] for r in runs),

@@ -5,7 +5,8 @@ A :class:`WorkerEpochRequest` keeps its connection open for the whole epoch: the
 its tasks only while that connection is up, sends an :class:`EpochAlive` every few seconds,
 and answers at the epoch's end with a :class:`WorkerEpochReply` (or an :class:`ErrorReply`).
 The other requests are short: :class:`EndEpochRequest` (the driver stops the run: commit and
-end the epoch now), :class:`CloseRequest` (the run ended: close every task, exit) and
+end the epoch now), :class:`CutEpochRequest` (the driver saw an executor go: commit and end the
+running epoch now, so that Spark has the slot for the lost workers), :class:`CloseRequest` (the run ended: close every task, exit) and
 :class:`ReleaseRequest` (another worker on this machine takes a task: drop what it has not
 committed and close it). :class:`EarlyStartRequest` comes from the driver of a local run to a
 host it started itself before its query (``spark/early_start.py``).
@@ -85,6 +86,15 @@ class EndEpochRequest:
     """The driver is stopping run ``run_id``: commit now and end the running epoch; an epoch
     of that run that begins afterwards ends at once without touching the task (Spark may
     start one before the query stops)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True)
+class CutEpochRequest:
+    """The driver saw an executor of run ``run_id`` go: commit now and end the epoch running
+    now, so that its Spark task slot is free for a lost worker's epoch (Spark re-runs those
+    only in a free slot). Epochs that begin afterwards run as usual."""
 
     run_id: str
 

@@ -17,6 +17,9 @@ key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
   ``EndEpochRequest`` (the driver stops the run: commit and end the epoch now) is answered by
   the acceptor thread at once, even mid-epoch, and an epoch of that run that begins afterwards
   is answered at once with the tasks' committed metadata, the tasks untouched;
+  ``CutEpochRequest`` (the driver saw an executor go) is answered the same way and ends the
+  running epoch with a commit, and only that one, so that Spark has its slot for a lost
+  worker;
   ``CloseRequest`` (the run ended) closes every task and exits, after the host stopped
   listening; ``ReleaseRequest`` (another worker on this machine takes a task) closes that
   task at its next turn, dropping what it had not committed;
@@ -75,6 +78,7 @@ from processor_api.runtime.metrics_publisher import MetricsPublisher
 from processor_api.runtime.protocol import (
     EARLY_EPOCH,
     CloseRequest,
+    CutEpochRequest,
     EarlyStartRequest,
     EndEpochRequest,
     EpochAlive,
@@ -111,6 +115,10 @@ class WorkerHost:
         self._topology: Any = None
         self._spec: JobSpec | None = None
         self.ended_run: str | None = None  # the driver stops this run: end its epochs now
+        #: the run whose epoch runs now (None between epochs), and whether the driver asked
+        #: to end that epoch now (an executor was lost: Spark needs the slot)
+        self._epoch_run: str | None = None
+        self._epoch_cut = False
         self._publisher: MetricsPublisher | None = None  # the run asked for metrics
         self._metrics: dict[str, TaskMetrics] = {}  # of every task this host ran in the run
         self.stopping = threading.Event()  # a close request is queued
@@ -248,7 +256,8 @@ class WorkerHost:
     ) -> WorkerEpochReply | None:
         spec = request.spec
         if end_requested is None:
-            end_requested = lambda: self.ended_run == spec.run_id  # noqa: E731
+            self._epoch_run, self._epoch_cut = spec.run_id, False
+            end_requested = lambda: self.ended_run == spec.run_id or self._epoch_cut  # noqa: E731
         if self._spec is not None and self._spec.run_id != spec.run_id:
             self._close()  # a new run of the same application: the tasks start afresh
         self._spec = spec
@@ -296,7 +305,18 @@ class WorkerHost:
         except BaseException:
             self._abandon(active)
             raise
+        finally:
+            self._epoch_run = None
         return WorkerEpochReply(replies)
+
+    def cut_epoch(self, run_id: str) -> bool:
+        """End the epoch of run ``run_id`` running now (with a commit, as at its end); whether
+        one was running."""
+        if self._epoch_run != run_id:
+            return False
+        self._epoch_cut = True
+        self._log.info("epoch_cut", run_id=run_id, detail="an executor was lost")
+        return True
 
     def _loop(
         self,
@@ -815,9 +835,11 @@ def _accept(server: socket.socket, host: WorkerHost, requests: queue.Queue) -> N
         if message is None:
             connection.close()
             continue
-        if isinstance(message, EndEpochRequest | ReleaseRequest):
+        if isinstance(message, EndEpochRequest | CutEpochRequest | ReleaseRequest):
             if isinstance(message, EndEpochRequest):
                 host.ended_run = message.run_id
+            elif isinstance(message, CutEpochRequest):
+                host.cut_epoch(message.run_id)
             else:
                 host.release_requested(message.task_id)
                 requests.put((_Wake(), None))

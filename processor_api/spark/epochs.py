@@ -16,7 +16,7 @@ from typing import Any
 
 from processor_api.logging import get_logger
 from processor_api.runtime.host_client import host_names, request
-from processor_api.runtime.protocol import EndEpochRequest, EpochEnd
+from processor_api.runtime.protocol import CutEpochRequest, EndEpochRequest, EpochEnd
 from processor_api.topology import Topology
 
 _log = get_logger("processor_api.runner")
@@ -124,12 +124,31 @@ def end_epochs(
     """Ask every worker host of the application's tasks on this machine to commit and end
     its running epoch of run ``run_id`` now, and any epoch of that run that begins later at
     once; returns how many answered. Hosts elsewhere end with the query."""
+    return _ask_hosts(state_dir, application_id, task_ids, EndEpochRequest(run_id))
+
+
+def cut_epochs(
+    state_dir: str | os.PathLike[str], application_id: str, task_ids: list[str], run_id: str
+) -> int:
+    """Ask every worker host of the application's tasks on this machine to commit and end
+    the epoch of run ``run_id`` it runs now (an executor was lost: Spark needs the slots for
+    the lost workers); later epochs run as usual. Returns how many answered. Hosts elsewhere
+    end their epoch at its end."""
+    return _ask_hosts(state_dir, application_id, task_ids, CutEpochRequest(run_id))
+
+
+def _ask_hosts(
+    state_dir: str | os.PathLike[str],
+    application_id: str,
+    task_ids: list[str],
+    message: EndEpochRequest | CutEpochRequest,
+) -> int:
     answered = 0
     for name in host_names(state_dir, application_id, task_ids):
         try:
-            reply = request(name, EndEpochRequest(run_id), timeout_s=10.0)
+            reply = request(name, message, timeout_s=10.0)
         except (OSError, ConnectionError):
-            continue
+            continue  # a host that is gone (its executor was lost) or not started
         if reply is not None:
             answered += 1
     return answered

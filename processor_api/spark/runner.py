@@ -120,6 +120,7 @@ class TopologyRunner:
         #: every job spec of the run names it, so the epoch calls find those hosts.
         self._early_start_pid: int | None = None
         self._closed = False
+        self._executor_watch: Any = None  # an ExecutorWatch on a cluster with timed epochs
         self.plan: TopicPlan | None = None
         self._metrics: RunMetrics | None = None
         self._queries: Any = None  # query.service.RunQueries, once the job spec names it
@@ -333,6 +334,8 @@ class TopologyRunner:
         elif not bounded_epochs:
             writer = writer.trigger(processingTime=f"{epoch_trigger_s(end)} seconds")
         self._query = writer.start()
+        if self._timed_epochs and local_cores(spark.sparkContext.master) is None:
+            self._watch_executors(spark)
         _log.info(
             "query_started",
             application_id=self.config.application_id,
@@ -349,6 +352,28 @@ class TopologyRunner:
             else (f"{self.settings.epoch_interval_s:g}s"),
         )
         return self._query
+
+    def _watch_executors(self, spark: Any) -> None:
+        """Watch Spark's executors for the run (once): when one is lost, the worker hosts on
+        this machine end their running epochs, so that Spark runs the lost workers in their
+        slots at once instead of at the epoch's end (``executor_watch.py``)."""
+        from processor_api.spark.executor_watch import ExecutorWatch, spark_executors
+
+        if self._executor_watch is not None:
+            return
+        self._executor_watch = ExecutorWatch(lambda: spark_executors(spark), self._cut_epochs)
+        self._executor_watch.start()
+
+    def _cut_epochs(self, lost: set[str], executors: set[str]) -> None:
+        from processor_api.spark.epochs import cut_epochs
+
+        if self.plan is None or self._stop_requested.is_set() or self._closed:
+            return
+        hosts = sum(
+            cut_epochs(directory, self.config.application_id, self.plan.task_ids, self._run_id)
+            for directory in self._state_dirs_here()
+        )
+        _log.info("epochs_cut", lost=sorted(lost), hosts=hosts)
 
     def _layout(
         self,
@@ -730,6 +755,8 @@ class TopologyRunner:
         runs the processors' ``close()``. Hosts on other machines exit with their executor.
         """
         self._closed = True
+        if self._executor_watch is not None:
+            self._executor_watch.stop()
         if self._query is not None and self._query.isActive:
             self._query.stop()
         if self.plan is not None:

@@ -41,6 +41,7 @@ from typing import Any
 from processor_api.kafka.partitioner import default_partition
 from processor_api.query import QueryClient, TaskUnavailableError
 from processor_api.runtime.host_client import HOST_FILE
+from processor_api.spark.session import DEFAULT_DRIVER_JAVA_OPTIONS
 from processor_api.store_queries import open_store_reader
 from tests.harness.folds import (
     Comparison,
@@ -55,7 +56,7 @@ from tests.harness.folds import (
 )
 from tests.harness.processes import CliRun, cli_args
 from tests.harness.query_watch import Lookup, QueryWatch
-from tests.harness.topics import TopicRecord, committed_records, uid
+from tests.harness.topics import TopicReader, TopicRecord, committed_records, uid
 from tests.integration.query_topologies import restore_gate
 
 PARTITIONS = 2
@@ -79,8 +80,11 @@ class MoveLookups:
 
 
 #: the driver's log line when Spark's scheduler has seen an executor go (log4j2 pattern
-#: ``yy/MM/dd HH:mm:ss``, the JVM's time zone: UTC here)
-LOST_EXECUTOR = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ERROR \S+: Lost executor (\S+)")
+#: ``yy/MM/dd HH:mm:ss``, with ``.SSS`` under ``LossLayout.spark_log4j``; the JVM's time zone:
+#: UTC here)
+LOST_EXECUTOR = re.compile(
+    r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{3})?) ERROR \S+: Lost executor (\S+)"
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,9 @@ class LossLayout:
     products: int = 12
     rate_per_s: int = 0
     observe_s: float = 0.0
+    #: a log4j2 configuration for the driver and the executors instead of the run's own (the
+    #: bench's ``--scheduler-log``: Spark's scheduler lines, with milliseconds)
+    spark_log4j: Path | None = None
 
     @property
     def master(self) -> str:
@@ -127,6 +134,11 @@ class Watch:
     timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     #: executor id -> its log events (restores, epochs) parsed from its stderr
     events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the tasks the killed executor's workers held just before the kill
+    lost_tasks: list[str] = field(default_factory=list)
+    #: per task, the longest time without a new committed notification from the kill to the
+    #: end of the watch (seconds; ``OutputGaps``, sampled every 0.25 s)
+    longest_output_gap_s: dict[str, float] = field(default_factory=dict)
 
     def after_loss_seen(self, at: float | None) -> float | None:
         """Seconds from the loss being seen (REST sample) to ``at``."""
@@ -284,11 +296,13 @@ def log_events(stderr: str, names: set[str]) -> list[dict[str, Any]]:
 
 
 def lost_executor_logged(driver_log: str, executor: str) -> float | None:
-    """When the driver logged ``Lost executor <executor>`` (epoch seconds, whole seconds)."""
+    """When the driver logged ``Lost executor <executor>`` (epoch seconds; whole seconds unless
+    the log has milliseconds)."""
     for line in driver_log.splitlines():
         match = LOST_EXECUTOR.match(line)
         if match and match.group(2) == executor:
-            stamp = datetime.strptime(match.group(1), "%y/%m/%d %H:%M:%S")
+            shape = "%y/%m/%d %H:%M:%S.%f" if "." in match.group(1) else "%y/%m/%d %H:%M:%S"
+            stamp = datetime.strptime(match.group(1), shape)
             return stamp.replace(tzinfo=UTC).timestamp()
     return None
 
@@ -324,6 +338,56 @@ class SteadySales(threading.Thread):
         if self.error is not None:
             raise ExecutorLossFailed(f"the steady input failed: {self.error!r}")
         return self.sales
+
+
+class OutputGaps(threading.Thread):
+    """Tails the output topic (``read_committed``) and keeps, per task (each writes its own
+    output partition), the longest time from the kill on without a new committed record
+    (those committed before the kill, ``before``, left out), sampled every 0.25 s; the gap
+    still open at :meth:`stop` counts too."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        killed_at: float,
+        before: set[tuple[int, int]],
+    ) -> None:
+        super().__init__(name="output-gaps", daemon=True)
+        self._reader = TopicReader(bootstrap, topic, isolation="read_committed")
+        self._partitions, self._killed_at, self._before = partitions, killed_at, before
+        self._stopping = threading.Event()
+        self.longest: dict[str, float] = {}
+
+    def run(self) -> None:
+        with self._reader:
+            counts: dict[int, int] = {}
+            last: dict[int, float] = dict.fromkeys(range(self._partitions), self._killed_at)
+            while not self._stopping.wait(0.25):
+                now = time.time()
+                seen: dict[int, int] = {}
+                for record in self._reader.records:
+                    if (record.partition, record.offset) not in self._before:
+                        seen[record.partition] = seen.get(record.partition, 0) + 1
+                for partition in range(self._partitions):
+                    if seen.get(partition, 0) != counts.get(partition, 0):
+                        counts[partition] = seen.get(partition, 0)
+                        self._gap(partition, now - last[partition])
+                        last[partition] = now
+            now = time.time()
+            for partition in range(self._partitions):
+                self._gap(partition, now - last[partition])
+
+    def _gap(self, partition: int, gap_s: float) -> None:
+        task = f"0_{partition}"
+        self.longest[task] = round(max(self.longest.get(task, 0.0), gap_s), 2)
+
+    def stop(self) -> dict[str, float]:
+        """Stop; the longest gap per task."""
+        self._stopping.set()
+        self.join(30)
+        return dict(sorted(self.longest.items()))
 
 
 class ExecutorWatcher(threading.Thread):
@@ -395,7 +459,13 @@ def run_executor_loss(
     if layout.threads is not None:
         config["num.stream.threads"] = str(layout.threads)
     port = free_port() if layout.observe_s > 0 else None
-    ui = [] if port is None else ["spark.ui.enabled=true", f"spark.ui.port={port}"]
+    confs = [] if port is None else ["spark.ui.enabled=true", f"spark.ui.port={port}"]
+    executor_options = marker
+    if layout.spark_log4j is not None:
+        # a later -D wins: after the run's own log4j2 file on both command lines
+        log4j = f"-Dlog4j2.configurationFile={layout.spark_log4j.resolve().as_uri()}"
+        executor_options = f"{marker} {log4j}"
+        confs += [f"spark.driver.extraJavaOptions={DEFAULT_DRIVER_JAVA_OPTIONS} {log4j}"]
     gate = restore_gate(app_id)
     queries_flags: list[str] = []
     if watch_queries:
@@ -416,14 +486,14 @@ def run_executor_loss(
             "5",
             "--state-dir-per-executor",
             "--spark-conf",
-            f"spark.executor.extraJavaOptions={marker}",
+            f"spark.executor.extraJavaOptions={executor_options}",
             # the run sizes its workers from the executors registered when its query starts:
             # Spark waits for both (up to 30 s) only when it knows how many cores to expect
             "--spark-conf",
             f"spark.cores.max={2 * layout.cores}",
             "--spark-conf",
             "spark.scheduler.minRegisteredResourcesRatio=1.0",
-            *(arg for conf in ui for arg in ("--spark-conf", conf)),
+            *(arg for conf in confs for arg in ("--spark-conf", conf)),
             *queries_flags,
         ],
     )
@@ -443,6 +513,7 @@ def run_executor_loss(
     query_watch: QueryWatch | None = None
     steady = SteadySales(bootstrap, input_topic, layout) if layout.rate_per_s else None
     watcher: ExecutorWatcher | None = None
+    gaps: OutputGaps | None = None
     try:
         produce_sales(bootstrap, input_topic, first, layout.partitions)
         _wait_until(
@@ -462,6 +533,7 @@ def run_executor_loss(
         )
         victim = executors[0]
         victim_id = str(executor_id_of(victim))  # read while it lives: /proc goes with it
+        lost_tasks = tasks_held(tmp_path / "state", victim_id, app_id)
         before = {(r.partition, r.offset) for r in _committed(bootstrap, output_topic)[0]}
         if watch_queries:
             url = run.wait_event("query_server_started", 60).event["url"]
@@ -480,9 +552,11 @@ def run_executor_loss(
                 raise ExecutorLossFailed(
                     f"killed executor {victim_id} is not among Spark's {before_workers}"
                 )
-            watch = Watch(killed_at_wall, victim_id, before_workers)
+            watch = Watch(killed_at_wall, victim_id, before_workers, lost_tasks=lost_tasks)
             watcher = ExecutorWatcher(port, watch)
             watcher.start()
+            gaps = OutputGaps(bootstrap, output_topic, layout.partitions, killed_at_wall, before)
+            gaps.start()
         produce_sales(bootstrap, input_topic, second, layout.partitions)
         if query_watch is not None:
             _wait_until(
@@ -510,6 +584,8 @@ def run_executor_loss(
         if watcher is not None:
             time.sleep(max(0.0, killed_at + layout.observe_s - time.monotonic()))
             watcher.stop()
+            if gaps is not None:
+                watcher.watch.longest_output_gap_s = gaps.stop()
         sales = first + second + (steady.stop() if steady is not None else [])
         kept, aborted = _wait_until(
             "every notification",
@@ -564,6 +640,8 @@ def run_executor_loss(
         gate.unlink(missing_ok=True)
         if watcher is not None:
             watcher.stop()
+        if gaps is not None and gaps.is_alive():
+            gaps.stop()
         if steady is not None and steady.is_alive():
             steady.stop()
         if run.is_alive():
