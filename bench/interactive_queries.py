@@ -25,7 +25,6 @@ compete with the driver's HTTP server for one interpreter's lock.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import multiprocessing
 import os
@@ -57,40 +56,79 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _lookups(url: str, per_s: float, stop: Any, out: dict[str, Any], seed: int) -> None:
     """Paced lookups of random keys until ``stop``, on one kept-alive connection;
-    latencies (ms) of answered ones."""
+    latencies (ms) of answered ones. The requests are prepared bytes and the answers are
+    read by their Content-Length (a status and a parsed JSON body for each): the load's
+    own CPU is what a client elsewhere would spend, so it is kept small here."""
     latencies: list[float] = []
     unavailable = errors = 0
     interval = 1.0 / per_s
     next_at = time.monotonic()
     rng = random.Random(seed)
     address = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(str(address.hostname), address.port, timeout=10)
+    target = (str(address.hostname), int(address.port or 80))
+    host = f"Host: {address.netloc}\r\n\r\n".encode()
+    requests = [
+        b"GET /stores/counts/keys/" + key_for(i, KEYS) + b" HTTP/1.1\r\n" + host
+        for i in range(KEYS)
+    ]
+    sock: socket.socket | None = None
+    buffer = b""
     while not stop.is_set():
-        key = key_for(rng.randrange(KEYS), KEYS).decode()
+        request = requests[rng.randrange(KEYS)]
         started = time.perf_counter()
         try:
-            connection.request("GET", f"/stores/counts/keys/{key}")
-            answer = connection.getresponse()
-            body = answer.read()
-            if answer.status == 200:
+            if sock is None:
+                sock = socket.create_connection(target, timeout=10)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                buffer = b""
+            sock.sendall(request)
+            status, body, buffer = _read_answer(sock, buffer)
+            if status == 200:
                 json.loads(body)
                 latencies.append((time.perf_counter() - started) * 1000)
-            elif answer.status == 503:
+            elif status == 503:
                 unavailable += 1
-            elif answer.status != 404:  # 404: a key not counted yet
+            elif status != 404:  # 404: a key not counted yet
                 errors += 1
         except OSError:
             unavailable += 1  # the endpoint is not up yet
-            connection.close()
+            if sock is not None:
+                sock.close()
+            sock = None
         next_at += interval
         delay = next_at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         else:
             next_at = time.monotonic()  # behind: do not burst to catch up
+    if sock is not None:
+        sock.close()
     out.setdefault("latencies", []).extend(latencies)
     out["unavailable"] = out.get("unavailable", 0) + unavailable
     out["errors"] = out.get("errors", 0) + errors
+
+
+def _read_answer(sock: socket.socket, buffer: bytes) -> tuple[int, bytes, bytes]:
+    """(status, body, what was read past it) of one HTTP/1.1 answer with a Content-Length."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        buffer += chunk
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        rest += chunk
+    return status, rest[:length], rest[length:]
 
 
 #: Lookups are asked by this many threads, each at its share of the rate (one request at a
@@ -112,6 +150,7 @@ def load_process(
     ``seconds`` then the range reads; without one, lookups until ``stop`` is set. Puts a
     dict on ``results``."""
     out: dict[str, Any] = {}
+    cpu_started = os.times()
     askers = [
         threading.Thread(target=_lookups, args=(url, lookups_per_s / ASKERS, stop, out, seed))
         for seed in range(ASKERS)
@@ -141,6 +180,10 @@ def load_process(
         stop.wait()
     for asker in askers:
         asker.join()
+    cpu_ended = os.times()
+    out["load_cpu_s"] = (cpu_ended.user + cpu_ended.system) - (
+        cpu_started.user + cpu_started.system
+    )
     out["produced"] = produced
     if topic is not None:
         ranges = []
@@ -152,6 +195,86 @@ def load_process(
         out["ranges"] = ranges
         out["counted"] = sum(e["value"] for e in body["entries"])
     results.put(out)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """utime + stime of ``pid`` (every thread), in seconds; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _role(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "gone"
+    if "processor_api.runtime.worker_host" in args:
+        return "host"
+    if "java" in args.split(" ", 1)[0]:
+        return "spark_jvm"
+    if "pyspark" in args:
+        return "pyspark_worker"
+    if "tansu" in args:
+        return "broker"
+    if "multiprocessing" in args:
+        return "load"
+    return "other"
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rpartition(")")[2].split()[1])
+        except OSError:
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def cpu_snapshot() -> dict[int, tuple[str, float]]:
+    """pid -> (role, CPU seconds) of this process (the driver: its HTTP server, router and
+    Spark's Python side) and every process under it (Spark's JVM, pyspark workers, the
+    worker hosts, the broker, the load process)."""
+    snapshot = {}
+    for pid in _descendants(os.getpid()):
+        cpu = process_cpu_s(pid)
+        if cpu is not None:
+            snapshot[pid] = ("driver" if pid == os.getpid() else _role(pid), cpu)
+    return snapshot
+
+
+def cpu_delta(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], lookups: int
+) -> dict[str, Any]:
+    """CPU ms each role spent between two snapshots, in all and per answered lookup."""
+    per_role: dict[str, float] = {}
+    for pid, (role, cpu) in after.items():
+        per_role[role] = per_role.get(role, 0.0) + cpu - before.get(pid, (role, 0.0))[1]
+    total = sum(per_role.values())
+    return {
+        "lookups_answered": lookups,
+        "cpu_ms": {role: round(ms * 1000, 1) for role, ms in sorted(per_role.items())},
+        "cpu_ms_total": round(total * 1000, 1),
+        "cpu_us_per_lookup": (
+            {role: round(ms * 1e6 / lookups, 1) for role, ms in sorted(per_role.items())}
+            if lookups
+            else None
+        ),
+    }
 
 
 def _spawn(*args: Any) -> tuple[Any, Any, Any]:
@@ -219,6 +342,73 @@ def cost_run(spark: Any, bootstrap: str, topic: str, records: int, lookups: floa
     }
 
 
+def cpu_run(
+    spark: Any, bootstrap: str, topic: str, lookups: float, seconds: float
+) -> dict[str, Any]:
+    """What the lookups cost each process in CPU: a continuous run with nothing to process,
+    ``seconds`` without lookups, then ``seconds`` with ``lookups``/s; each process's CPU in
+    both windows, and the difference per answered lookup (the load process's own CPU it
+    measures itself, from its askers' start to their end)."""
+    runner = _runner(spark, bootstrap, topic, available_now=False)
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    try:
+        url = _wait_for_answers(runner)
+        time.sleep(2.0)  # the tasks' start settles
+        load_avg_start = os.getloadavg()[0]
+        first = cpu_snapshot()
+        time.sleep(seconds)
+        second = cpu_snapshot()
+        process, stop, results = _spawn(url, lookups, None, None, 0, 0)
+        time.sleep(seconds)
+        third = cpu_snapshot()
+        stop.set()
+        out = results.get(timeout=60)
+        process.join()
+        load_avg_end = os.getloadavg()[0]
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    answered = len(out["latencies"])
+    idle = cpu_delta(first, second, 0)
+    busy = cpu_delta(second, third, answered)
+    busy["cpu_ms"].pop("load", None)  # its start (spawn, imports) is not the lookups'
+    per_lookup = {
+        role: round((ms - idle["cpu_ms"].get(role, 0.0)) * 1000 / answered, 1)
+        for role, ms in busy["cpu_ms"].items()
+    }
+    per_lookup["load"] = round(out["load_cpu_s"] * 1e6 / answered, 1)
+    return {
+        "seconds": seconds,
+        "lookups_per_s": lookups,
+        "lookups_answered": answered,
+        "lookup_ms": {
+            "median": round(statistics.median(out["latencies"]), 2),
+            "p99": round(_percentile(out["latencies"], 0.99) or 0, 2),
+        },
+        "cpu_ms_without_lookups": idle["cpu_ms"],
+        "cpu_ms_with_lookups": busy["cpu_ms"],
+        "load_cpu_ms": round(out["load_cpu_s"] * 1000, 1),
+        "cpu_us_per_lookup": per_lookup,
+        "cpu_us_per_lookup_total": round(sum(per_lookup.values()), 1),
+        "load_average": [load_avg_start, load_avg_end],
+    }
+
+
+def _wait_for_answers(runner: Any) -> str:
+    """The run's query URL, once its tasks answer (404: nothing counted yet)."""
+    while runner.query_port is None:
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{runner.query_port}"
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/stores/counts/keys/x", timeout=10)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return url
+        time.sleep(0.2)
+
+
 def latency_run(
     spark: Any, bootstrap: str, topic: str, rate: int, lookups: float, seconds: float
 ) -> dict[str, Any]:
@@ -227,19 +417,12 @@ def latency_run(
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
     try:
-        while runner.query_port is None:
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{runner.query_port}"
-        while True:  # the tasks answer (404: nothing counted yet)
-            try:
-                urllib.request.urlopen(f"{url}/stores/counts/keys/x", timeout=10)
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    break
-            time.sleep(0.2)
+        url = _wait_for_answers(runner)
         load_avg_start = os.getloadavg()[0]
+        before = cpu_snapshot()
         process, _, results = _spawn(url, lookups, bootstrap, topic, rate, seconds)
         out = results.get(timeout=seconds + 600)
+        after = cpu_snapshot()  # before the load process ends (its CPU: it measures it)
         process.join()
         load_avg_end = os.getloadavg()[0]
     finally:
@@ -268,6 +451,9 @@ def latency_run(
             "p99_ms": round(_percentile([ms for ms, _ in ranges], 0.99) or 0, 1),
         },
         "load_average": [load_avg_start, load_avg_end],
+        # every process over the phase (feeding, lookups and the ranges; the load process's
+        # own figure is its lookups' and its producer's)
+        "cpu": cpu_delta(before, after, len(latencies)),
     }
 
 
@@ -284,6 +470,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--latency-only", action="store_true", help="skip the cost runs")
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only the CPU per lookup of each process (an idle run, without then with lookups)",
+    )
     args = parser.parse_args(argv)
     COMMIT_INTERVAL_MS["value"] = args.commit_interval_ms
     started_load = os.getloadavg()[0]
@@ -299,6 +490,9 @@ def main(argv: list[str] | None = None) -> None:
             PARTITIONS,
         )
         runs = []
+        latency = cpu = None
+        if args.cpu_only:
+            args.latency_only = True
         if not args.latency_only:
             cost_run(spark, broker.bootstrap, backlog, args.records, 0)  # warm-up
         for rep in range(0 if args.latency_only else args.reps):
@@ -309,8 +503,14 @@ def main(argv: list[str] | None = None) -> None:
         live = f"bench-iq-live-{uuid.uuid4().hex[:6]}"
         broker.create_topic(live, PARTITIONS)
         produce_input(broker.bootstrap, live, KEYS, KEYS)  # every key once: ranges of 10,000
-        latency = latency_run(spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds)
-        log(f"latency: {latency}")
+        if args.cpu_only:
+            cpu = cpu_run(spark, broker.bootstrap, live, args.lookups, args.seconds)
+            log(f"cpu: {cpu}")
+        else:
+            latency = latency_run(
+                spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds
+            )
+            log(f"latency: {latency}")
     finally:
         if spark is not None:
             spark.stop()
@@ -319,8 +519,12 @@ def main(argv: list[str] | None = None) -> None:
     if runs:
         without = statistics.median(r["records_per_s"] for r in runs if not r["lookups_per_s"])
         with_ = statistics.median(r["records_per_s"] for r in runs if r["lookups_per_s"])
+    name = os.environ.get("BENCH_RESULT_NAME") or (
+        "interactive-queries"
+        + ("-cpu" if args.cpu_only else "-latency" if args.latency_only else "")
+    )
     write_result(
-        "interactive-queries" + ("-latency" if args.latency_only else ""),
+        name,
         {
             "command": "python -m bench.interactive_queries " + " ".join(argv or []),
             "machine": machine_info(),
@@ -337,6 +541,7 @@ def main(argv: list[str] | None = None) -> None:
                 ),
             },
             "latency": latency,
+            "cpu_per_lookup": cpu,
         },
     )
 

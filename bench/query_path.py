@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from bench.common import log, machine_info, write_result
+from bench.interactive_queries import process_cpu_s
 
 KEYS = [f"key-{i:05d}" for i in range(10_000)]  # as bench.interactive_queries asks
 CHUNK = 100
@@ -135,7 +136,7 @@ def _ask(router: Any, per_s: float, until: float, out: list[float], seed: int) -
             next_at = time.monotonic()
 
 
-def _ask_over_http(url: str, args: argparse.Namespace) -> list[float]:
+def _ask_over_http(url: str, args: argparse.Namespace) -> tuple[list[float], float]:
     from bench.interactive_queries import load_process
 
     context = multiprocessing.get_context("spawn")
@@ -148,7 +149,7 @@ def _ask_over_http(url: str, args: argparse.Namespace) -> list[float]:
     stop.set()
     out = results.get(timeout=60)
     load.join()
-    return list(out["latencies"])
+    return list(out["latencies"]), float(out["load_cpu_s"])
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -188,11 +189,13 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1.0)  # the host's loop under way
         load_start = os.getloadavg()[0]
         latencies: list[float] = []
+        load_cpu_s = None
+        cpu_before = {pid: process_cpu_s(pid) or 0.0 for pid in (os.getpid(), host.pid)}
         asked.set()
         if mode == "none":
             time.sleep(args.seconds)
         elif queries is not None:
-            latencies = _ask_over_http(f"http://127.0.0.1:{queries.server.port}", args)
+            latencies, load_cpu_s = _ask_over_http(f"http://127.0.0.1:{queries.server.port}", args)
         else:
             until = time.monotonic() + args.seconds
             askers = [
@@ -205,6 +208,10 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 asker.start()
             for asker in askers:
                 asker.join()
+        cpu_s = {
+            role: (process_cpu_s(pid) or 0.0) - cpu_before[pid]
+            for role, pid in (("driver", os.getpid()), ("host", host.pid))
+        }
     finally:
         stop.set()
         records_per_s = rates.get(timeout=30)
@@ -221,6 +228,18 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         "median_ms": round(statistics.median(ordered), 2),
         "p99_ms": round(ordered[int(0.99 * len(ordered))], 2),
         "max_ms": round(ordered[-1], 2),
+        # CPU of each process while asked (the driver: the HTTP server and the router, or
+        # with --http off the askers too; the host: its loop as well), per answered lookup
+        "cpu_ms": {role: round(s * 1000, 1) for role, s in cpu_s.items()},
+        "load_cpu_ms": None if load_cpu_s is None else round(load_cpu_s * 1000, 1),
+        "cpu_us_per_lookup": (
+            {
+                role: round(s * 1e6 / len(latencies), 1)
+                for role, s in {**cpu_s, "load": load_cpu_s or 0.0}.items()
+            }
+            if latencies
+            else None
+        ),
         "load_average": [load_start, os.getloadavg()[0]],
     }
 

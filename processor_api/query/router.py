@@ -22,6 +22,7 @@ from processor_api.query.errors import NotUpToBoundError, TaskUnavailableError
 from processor_api.runtime.query_link import (
     SEND_DEADLINE_S,
     FrameError,
+    FrameReader,
     receive_frame,
     secret_matches,
     send_frame,
@@ -99,8 +100,9 @@ class HostRouter:
             with self._lock:
                 self._hosts.add(host)
             _log.debug("query_link_up", host=host.name, peer=str(peer))
+            frames = FrameReader(sock)
             while True:
-                message = receive_frame(sock)
+                message = frames.next()
                 if message is None:
                     return
                 if message.get("op") == "tasks":

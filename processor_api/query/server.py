@@ -24,9 +24,12 @@ import base64
 import binascii
 import hmac
 import json
+import socket
+import socketserver
 import threading
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -307,59 +310,155 @@ class QueryServer:
         self._thread.join()
 
 
-class _Handler(BaseHTTPRequestHandler):
+#: The longest a request's head (request line and headers) may be (bytes).
+MAX_HEAD_BYTES = 64 * 1024
+#: The largest request body read and dropped (the endpoint takes none; a larger one: 413).
+MAX_BODY_BYTES = 64 * 1024
+#: A connection that sends nothing for this long, or takes no answer within it, is closed
+#: (seconds): a client that went quiet does not hold a thread of the server for ever.
+CONNECTION_TIMEOUT_S = 60.0
+
+
+class _BadRequest(Exception):
+    """A request that is not HTTP/1.x as this server reads it: answered, then closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    """One connection: HTTP/1.1 requests read and answered one after the other (kept alive
+    unless the client says ``Connection: close`` or speaks HTTP/1.0 without keep-alive).
+
+    Not :class:`http.server.BaseHTTPRequestHandler`: its header parsing (``email.parser``),
+    its answer written in two sends and its per-request bookkeeping cost the driver about
+    0.4 ms of CPU per lookup (bench/NOTES-issues-35-36.md), CPU the worker hosts want on a
+    small machine. This reads only what the endpoint needs: the request line, the headers
+    (``Authorization``, ``Connection``, a body's ``Content-Length``), and answers in one send.
+    """
+
     endpoint: QueryEndpoint
     token: str | None
-    protocol_version = "HTTP/1.1"
-    # headers and body go out in two writes: with Nagle's algorithm on, a kept-alive client's
-    # delayed ACK holds the body back about 40 ms
-    disable_nagle_algorithm = True
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
-        """Answer one read."""
-        url = urlsplit(self.path)
+    def handle(self) -> None:
+        """Serve the connection's requests until it closes, errs or idles out."""
+        sock: socket.socket = self.request
+        sock.settimeout(CONNECTION_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buffer = b""
         try:
-            self._authorize()
+            while True:
+                try:
+                    request = _read_request(sock, buffer)
+                except _BadRequest as exc:
+                    sock.sendall(
+                        _answer(exc.status, {"error": str(exc), "code": "bad_request"}, {}, False)
+                    )
+                    return
+                if request is None:
+                    return  # closed between requests
+                method, target, headers, keep_alive, buffer = request
+                if method == "GET":
+                    status, body, extra = self._get(target, headers)
+                else:
+                    status, body, extra = 405, {"error": "the query endpoint is read-only: GET only",
+                                                "code": "method_not_allowed"}, {"Allow": "GET"}  # fmt: skip
+                sock.sendall(_answer(status, body, extra, keep_alive))
+                if not keep_alive:
+                    return
+        except (OSError, TimeoutError):
+            return  # the client went away or went quiet
+
+    def _get(
+        self, target: str, headers: dict[str, str]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        url = urlsplit(target)
+        try:
+            self._authorize(headers)
             params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-            body = self.endpoint.get(url.path.rstrip("/") or "/", params)
-            self._send(200, body)
+            return 200, self.endpoint.get(url.path.rstrip("/") or "/", params), {}
         except QueryError as exc:
-            headers = {}
+            extra = {}
             if exc.status == 503:
-                headers["Retry-After"] = str(int(exc.retry_after_s or 1))
-            body = {**exc.fields, "error": str(exc), "code": exc.code}
-            self._send(exc.status, body, headers)
+                extra["Retry-After"] = str(int(exc.retry_after_s or 1))
+            return exc.status, {**exc.fields, "error": str(exc), "code": exc.code}, extra
         except Exception as exc:  # noqa: BLE001 - a bug must not kill the server
             _log.warning("query_failed", path=url.path, error=f"{type(exc).__name__}: {exc}")
-            self._send(500, {"error": f"{type(exc).__name__}: {exc}", "code": "error"})
+            return 500, {"error": f"{type(exc).__name__}: {exc}", "code": "error"}, {}
 
-    def _method_not_allowed(self) -> None:
-        self._send(405, {"error": "the query endpoint is read-only: GET only",
-                         "code": "method_not_allowed"}, {"Allow": "GET"})  # fmt: skip
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed  # noqa: N815
-
-    def _authorize(self) -> None:
+    def _authorize(self, headers: dict[str, str]) -> None:
         if self.token is None:
             return
-        given = self.headers.get("Authorization", "")
-        scheme, _, value = given.partition(" ")
+        scheme, _, value = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             value.strip().encode(), self.token.encode()
         ):
             raise UnauthorizedError("this endpoint wants Authorization: Bearer <token>")
 
-    def _send(
-        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> None:
-        data = json.dumps(body, default=json_default, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        """Requests are not logged one by one."""
+def _read_request(
+    sock: socket.socket, buffer: bytes
+) -> tuple[str, str, dict[str, str], bool, bytes] | None:
+    """The next request on ``sock`` (``buffer``: what was read past the previous one):
+    (method, target, headers by lower-case name, keep alive, what was read past it); None
+    when the client closed the connection before a request began; ``_BadRequest`` when it
+    is not a request this server reads."""
+    while (end := buffer.find(b"\r\n\r\n")) < 0:
+        if len(buffer) > MAX_HEAD_BYTES:
+            raise _BadRequest(431, f"a request head over {MAX_HEAD_BYTES} bytes")
+        chunk = sock.recv(65536)
+        if not chunk:
+            if buffer.strip():
+                raise _BadRequest(400, "the connection ended inside a request head")
+            return None
+        buffer += chunk
+    head, buffer = buffer[:end].decode("latin-1"), buffer[end + 4 :]
+    line, *fields = head.lstrip("\r\n").split("\r\n")
+    parts = line.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _BadRequest(400, f"not an HTTP/1.x request line: {line[:200]!r}")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for field in fields:
+        name, colon, value = field.partition(":")
+        if not colon or not name or name != name.strip():
+            raise _BadRequest(400, f"a malformed header line: {field[:200]!r}")
+        headers[name.lower()] = value.strip()
+    if "transfer-encoding" in headers:
+        raise _BadRequest(400, "a request body in chunks: the endpoint takes no body")
+    length_text = headers.get("content-length", "0")
+    if not length_text.isdigit():
+        raise _BadRequest(400, f"Content-Length {length_text!r} is not a number")
+    length = int(length_text)
+    if length > MAX_BODY_BYTES:
+        raise _BadRequest(413, f"a request body of {length} bytes: the endpoint takes none")
+    while len(buffer) < length:  # a body is read and dropped
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise _BadRequest(400, "the connection ended inside a request body")
+        buffer += chunk
+    buffer = buffer[length:]
+    connection = headers.get("connection", "").lower()
+    if version == "HTTP/1.0":
+        keep_alive = "keep-alive" in connection
+    else:
+        keep_alive = "close" not in connection
+    return method, target, headers, keep_alive, buffer
+
+
+def _answer(status: int, body: dict[str, Any], headers: dict[str, str], keep_alive: bool) -> bytes:
+    """An HTTP/1.1 answer with a JSON body, as one piece (one send)."""
+    data = json.dumps(body, default=json_default, ensure_ascii=False).encode()
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(data)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    if not keep_alive:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
+
+
+_REASONS = {status.value: status.phrase for status in HTTPStatus}

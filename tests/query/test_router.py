@@ -176,3 +176,37 @@ def test_a_host_that_stops_reading_is_dropped_and_its_reads_answer_503(monkeypat
         stop.set()
         loop.join()
         link.close()
+
+
+def test_replies_the_socket_takes_in_part_arrive_whole_among_the_senders_frames():
+    """A point read answered on the link's thread is sent at once when the socket takes it;
+    what it does not take (a peer slow to read, a large answer) the sender thread finishes:
+    every frame arrives whole, none lost, with a frame of the sender's among them. (Whether
+    the task list is asked for while the sender finishes a reply or before is a race this
+    test does not steer.)"""
+    server = socket.create_server(("127.0.0.1", 0))
+    big = "v" * 300_000  # more than the socket buffers hold: the first send is partial
+    link = QueryLink(
+        f"127.0.0.1:{server.getsockname()[1]}", "s", "host", lambda task: None,
+        lambda: None, lambda task, request: (200, {"entries": [{"value": big}]}),
+    )  # fmt: skip
+    try:
+        peer, _ = server.accept()
+        peer.settimeout(10)
+        assert receive_frame(peer)["op"] == "hello"
+        assert receive_frame(peer)["op"] == "tasks"
+        for request_id in range(1, 6):
+            send_frame(peer, {"op": "read", "id": request_id, "task": "0_0"})
+        link.set_tasks(["0_0", "0_1"])  # a frame of the sender's among the replies
+        seen = []
+        while len(seen) < 6:
+            message = receive_frame(peer)
+            seen.append(message["op"] if message["op"] == "tasks" else message["id"])
+            if message["op"] == "reply":
+                assert message["body"]["entries"][0]["value"] == big
+        assert sorted(x for x in seen if x != "tasks") == [1, 2, 3, 4, 5]
+        assert seen.count("tasks") == 1
+        peer.close()
+    finally:
+        link.close()
+        server.close()
