@@ -6,14 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from processor_api.logging import LEVEL_ENV
-
 ROOT = Path(__file__).resolve().parent.parent.parent
 PAGE = ROOT / "docs" / "operating" / "configuration.md"
 #: The library's own environment variables: every name with this prefix in its source.
 ENV_NAME = re.compile(r"\bPROCESSOR_API_[A-Z0-9_]+\b")
-#: A setting the session builder sets: ``.config("spark....", ...)`` or ``.config(f"spark....")``.
-SESSION_SETTING = re.compile(r"""\.config\(\s*f?["'](spark\.[A-Za-z0-9_.{}]+)""")
 
 
 def _page() -> str:
@@ -32,10 +28,16 @@ def test_every_environment_variable_the_library_reads_is_on_the_page() -> None:
 
 
 def test_every_spark_setting_the_session_sets_is_on_the_page() -> None:
-    source = (ROOT / "processor_api" / "spark" / "session.py").read_text(encoding="utf-8")
-    # the one name built in an f-string: the log level's variable
-    settings = {s.replace("{LEVEL_ENV}", LEVEL_ENV) for s in SESSION_SETTING.findall(source)}
-    assert not any("{" in s for s in settings), settings
+    from processor_api.spark.session import session_conf
+    from processor_api.spark.settings import RunSettings
+
+    # a cluster master: the executors' JVM options are set too
+    run = RunSettings(bootstrap_servers="127.0.0.1:9092", master="local-cluster[2,2,1024]")
+    settings = {
+        key
+        for quiet in (True, False)
+        for key in session_conf(run, worker_count=2, workers_path="/x", quiet=quiet)
+    }
     assert "spark.ui.enabled" in settings  # the search itself works
     page = _page()
     missing = sorted(s for s in settings if s not in page)
