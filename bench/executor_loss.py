@@ -37,6 +37,11 @@ from bench.common import Broker, log, machine_info, stats, write_result
 SCHEDULER_LOG4J = Path(__file__).with_name("log4j2-scheduler.properties")
 
 
+def _stats_of(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """``stats`` of ``key`` over the runs that have it (watched runs only, or measured)."""
+    return stats([run[key] for run in runs if run.get(key) is not None])
+
+
 def _watched(loss: Any) -> dict[str, Any]:
     """The figures of a watched run (``LossLayout.observe_s`` > 0), in seconds."""
     watch = loss.watch
@@ -180,33 +185,13 @@ def _write(
             "first_outputs_after_kill_s": stats([r["first_outputs_after_kill_s"] for r in runs]),
             "complete_after_kill_s": stats([r["complete_after_kill_s"] for r in runs]),
             "all_moved_tasks_taken_after_loss_seen_s": stats([t for t in taken if t is not None]),
-            "loss_seen_after_kill_s": stats(
-                [
-                    r["loss_seen_after_kill_s"]
-                    for r in runs
-                    if r.get("loss_seen_after_kill_s") is not None
-                ]
+            "loss_seen_after_kill_s": _stats_of(runs, "loss_seen_after_kill_s"),
+            "replacement_share_after_registered_s": _stats_of(
+                runs, "replacement_share_after_registered_s"
             ),
-            "replacement_share_after_registered_s": stats(
-                [
-                    r["replacement_share_after_registered_s"]
-                    for r in runs
-                    if r.get("replacement_share_after_registered_s") is not None
-                ]
-            ),
-            "longest_output_gap_lost_tasks_s": stats(
-                [
-                    r["longest_output_gap_lost_tasks_s"]
-                    for r in runs
-                    if r.get("longest_output_gap_lost_tasks_s") is not None
-                ]
-            ),
-            "longest_output_gap_survivor_tasks_s": stats(
-                [
-                    r["longest_output_gap_survivor_tasks_s"]
-                    for r in runs
-                    if r.get("longest_output_gap_survivor_tasks_s") is not None
-                ]
+            "longest_output_gap_lost_tasks_s": _stats_of(runs, "longest_output_gap_lost_tasks_s"),
+            "longest_output_gap_survivor_tasks_s": _stats_of(
+                runs, "longest_output_gap_survivor_tasks_s"
             ),
             "all_exact": all(r["exact"] for r in runs),
             "loadavg_at_start": loadavg,
