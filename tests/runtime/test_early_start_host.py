@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -26,7 +27,13 @@ import pytest
 from processor_api.engine.metadata import TaskMetadata
 from processor_api.kafka.names import commit_marker_topic
 from processor_api.runtime import worker_host
-from processor_api.runtime.host_client import exchange, request, socket_name, worker_key
+from processor_api.runtime.host_client import (
+    HOST_FILE,
+    exchange,
+    request,
+    socket_name,
+    worker_key,
+)
 from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import (
     CloseRequest,
@@ -37,6 +44,7 @@ from processor_api.runtime.protocol import (
     TaskEpoch,
     WorkerEpochRequest,
 )
+from processor_api.state.manager import task_directory
 from tests.harness.task_runs import TASK, the_reply
 from tests.harness.topics import TopicReader, committed_records, produce, uid
 
@@ -89,9 +97,18 @@ class EarlyHost:
             reply = request(self.name, message, timeout_s=WAIT_S)
             if reply is not None:
                 assert isinstance(reply, OkReply), reply
-                return
+                break
             threading.Event().wait(0.01)
-        raise AssertionError("the host never listened")
+        else:
+            raise AssertionError("the host never listened")
+        # The host answers before it starts the task, and skips a task it has not started
+        # once a request is waiting: an epoch sent now could come first. The task's host
+        # file is written when it starts, after which the host builds it before anything else.
+        host_file = task_directory(self.spec.executor_state_dir, self.app, TASK) / HOST_FILE
+        deadline = time.monotonic() + WAIT_S
+        while not host_file.exists():
+            assert time.monotonic() < deadline, f"the host never started {TASK} early"
+            threading.Event().wait(0.01)
 
     def ends_now(self) -> EpochEnd:
         """An available-now end: the input's end offset now."""
