@@ -123,7 +123,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     from tests.harness.executor_loss import LossLayout, run_executor_loss
-    from tests.integration.test_local_cluster import _executor_dirs
 
     layout = LossLayout(
         partitions=args.partitions,
@@ -142,7 +141,7 @@ def main() -> None:
             load = list(os.getloadavg())
             logs = Path(tempfile.mkdtemp(prefix="bench-loss-"))
             log(f"rep {rep + 1}/{args.reps}: run.log and the executors' logs in {logs}")
-            loss = run_executor_loss(broker._kafka, logs, _executor_dirs, layout)
+            loss = run_executor_loss(broker._kafka, logs, layout)
             comparison = loss.comparison()
             run: dict[str, Any] = {
                 "rep": rep,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -59,9 +58,9 @@ def spread_from(timeline: list[dict[str, Any]]) -> float | None:
 def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
     from tests.harness.executor_loss import executor_pids, free_port, spark_executors
     from tests.harness.folds import make_sales, produce_sales
+    from tests.harness.local_cluster import remove_executor_dirs
     from tests.harness.processes import CliRun, cli_args
     from tests.harness.topics import uid
-    from tests.integration.test_local_cluster import _executor_dirs
 
     run_id = uid()
     input_topic, output_topic = f"spread-in-{run_id}", f"spread-out-{run_id}"
@@ -114,8 +113,7 @@ def _one_run(broker: Broker, master: str, observe_s: float) -> dict[str, Any]:
             time.sleep(0.5)
         run.signal(signal.SIGTERM)
         run.wait(120)
-    for app_dir in {d.parent for d in _executor_dirs(marker)}:
-        shutil.rmtree(app_dir, ignore_errors=True)
+    remove_executor_dirs(marker)
     replacement_s = next((p["t"] for p in timeline if len(p["tasks"]) >= 2), None)
     spread_s = spread_from(timeline)
     final = timeline[-1]["tasks"] if timeline else {}

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import threading
@@ -54,6 +53,7 @@ from tests.harness.folds import (
     produce_sales,
     product_partition,
 )
+from tests.harness.local_cluster import executor_dirs, remove_executor_dirs
 from tests.harness.processes import CliRun, cli_args
 from tests.harness.query_watch import Lookup, QueryWatch
 from tests.harness.topics import TopicReader, TopicRecord, committed_records, uid
@@ -437,14 +437,12 @@ def _all_running(port: int, workers: int) -> dict[str, int] | None:
 def run_executor_loss(
     kafka: Any,
     tmp_path: Path,
-    executor_dirs: Any,
     layout: LossLayout | None = None,
     *,
     watch_queries: bool = False,
 ) -> ExecutorLoss:
     """One run (see the module docstring) of ``layout`` (default: 2 partitions, one core per
-    executor, not watched); ``executor_dirs(marker)`` finds the executors' work directories
-    (their logs)."""
+    executor, not watched)."""
     layout = layout or LossLayout()
     bootstrap = kafka.bootstrap_servers
     run_id = uid()
@@ -646,8 +644,7 @@ def run_executor_loss(
             steady.stop()
         if run.is_alive():
             run.kill9()
-        for app_dir in {d.parent for d in executor_dirs(marker)}:
-            shutil.rmtree(app_dir, ignore_errors=True)
+        remove_executor_dirs(marker)
     reader = open_store_reader(bootstrap, app_id, SALES, STORE, topology_kwargs=topology_args)
     return ExecutorLoss(
         sales=sales,

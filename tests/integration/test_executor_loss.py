@@ -13,7 +13,6 @@ import pytest
 
 from tests.harness.executor_loss import run_executor_loss
 from tests.harness.folds import Sale, fold_totals
-from tests.integration.test_local_cluster import _executor_dirs
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +23,8 @@ def _running_totals(sales: list[Sale], product: str) -> set[int]:
     return set(accumulate(s.value for s in sales if s.product == product))
 
 
-def test_an_executor_killed_mid_run_loses_and_doubles_nothing(kafka, tmp_path):
-    loss = run_executor_loss(kafka, tmp_path, _executor_dirs, watch_queries=True)
+def test_an_executor_killed_mid_run_loses_and_doubles_nothing(kafka, tmp_path, local_cluster):
+    loss = run_executor_loss(kafka, tmp_path, watch_queries=True)
     comparison = loss.comparison()
     assert comparison.equal and comparison.seen == comparison.expected, comparison
     assert comparison.totals_equal, (loss.store, fold_totals(loss.sales))

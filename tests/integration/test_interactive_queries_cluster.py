@@ -6,12 +6,12 @@ their executors; every store kind read through ``run-topology --query-port`` equ
 
 from __future__ import annotations
 
-import shutil
 import signal
 
 import pytest
 
 from processor_api.query import QueryClient
+from tests.harness.local_cluster import executor_dirs, remove_executor_dirs
 from tests.harness.processes import CliRun, cli_args
 from tests.harness.scrape import wait_for
 from tests.harness.topics import produce, uid
@@ -26,12 +26,13 @@ from tests.integration.test_interactive_queries_spark import (
     _rendered,
     _settled,
 )
-from tests.integration.test_local_cluster import _executor_dirs
 
 pytestmark = pytest.mark.integration
 
 
-def test_queries_reach_tasks_on_two_executors_and_equal_the_test_driver(kafka, tmp_path):
+def test_queries_reach_tasks_on_two_executors_and_equal_the_test_driver(
+    kafka, tmp_path, local_cluster
+):
     run_id = uid()
     app_id, topic = f"iqc{run_id}", f"iqc-in-{run_id}"
     kafka.create_topic(topic, 2)
@@ -89,7 +90,7 @@ def test_queries_reach_tasks_on_two_executors_and_equal_the_test_driver(kafka, t
             assert _by_key(everything) == totals
             run.signal(signal.SIGTERM)
             assert run.wait(120) == 0, run.tail()
-        executors = _executor_dirs(marker)
+        executors = executor_dirs(marker)
         assert len(executors) == 2, executors
         # each executor's host held a task: both executors' state directories have one
         held = {
@@ -98,6 +99,5 @@ def test_queries_reach_tasks_on_two_executors_and_equal_the_test_driver(kafka, t
         }
         assert sorted(held) == ["0_0", "0_1"] and len(set(held.values())) == 2, held
     finally:
-        for app_dir in {d.parent for d in _executor_dirs(marker)}:
-            shutil.rmtree(app_dir, ignore_errors=True)
+        remove_executor_dirs(marker)
         driver.close()

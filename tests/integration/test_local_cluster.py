@@ -16,15 +16,14 @@ short of slots run bounded epochs, tested in ``test_epochs_spark.py``).
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from processor_api.logging import LEVEL_ENV
 from processor_api.serdes import Serdes
 from processor_api.state.inspect import read_local_store
+from tests.harness.local_cluster import executor_dirs, remove_executor_dirs
 from tests.harness.logs import parse_log_line
 from tests.harness.processes import run_cli
 from tests.harness.topics import TopicReader, uid
@@ -32,30 +31,6 @@ from tests.harness.word_count import WORD_COUNT, WORD_COUNT_LINES
 from topologies.word_count import split_words
 
 pytestmark = pytest.mark.integration
-
-
-def _spark_homes() -> list[Path]:
-    """Where the run's executors may have their work dirs: the compiled home, or pyspark's."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    from processor_api.spark.spark_home import compiled_spark_home
-
-    compiled = compiled_spark_home()
-    return [Path(home) for home in (compiled, _find_spark_home()) if home]
-
-
-def _executor_dirs(marker: str) -> list[Path]:
-    """``$SPARK_HOME/work/<app>/<executor>`` of the executors started with ``marker``."""
-    found = []
-    for home in _spark_homes():
-        for stderr in (home / "work").glob("app-*/*/stderr"):
-            try:
-                with open(stderr, errors="replace") as handle:
-                    if marker in handle.readline():  # "Spark Executor Command: ..."
-                        found.append(stderr.parent)
-            except OSError:
-                continue
-    return sorted(found)
 
 
 def _epoch_done(event: dict | None) -> bool:
@@ -69,7 +44,9 @@ def _counts_by_word(records: list[tuple]) -> dict[str, list[int]]:
     return counts
 
 
-def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, tmp_path):
+def test_local_cluster_gives_the_same_result_as_local(
+    kafka, word_count_local, tmp_path, local_cluster
+):
     # the reference: the same input through the shared local[2] session (session fixture)
     local = word_count_local
     expected = Counter(word for line in WORD_COUNT_LINES for word in split_words(line))
@@ -106,7 +83,7 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
         args += ["--topology-arg", f"{key}={value}"]
     try:
         result = run_cli(args, timeout_s=300)
-        executors = _executor_dirs(marker)
+        executors = executor_dirs(marker)
         assert result.returncode == 0, result.stderr[-5000:]
         # both executor processes ran tasks (their Python workers log to the executor's stderr)
         assert len(executors) == 2, f"executor dirs with {marker}: {executors}"
@@ -121,8 +98,7 @@ def test_local_cluster_gives_the_same_result_as_local(kafka, word_count_local, t
             spark_lines = [line for line in text.splitlines() if " INFO " in line]
             assert not spark_lines, f"{directory} logged Spark INFO lines: {spark_lines[:3]}"
     finally:
-        for app_dir in {d.parent for d in _executor_dirs(marker)}:
-            shutil.rmtree(app_dir, ignore_errors=True)
+        remove_executor_dirs(marker)
     with TopicReader(
         kafka.bootstrap_servers, topics["output_topic"], bytes.decode, long.deserialize
     ) as out:

@@ -14,7 +14,6 @@ hang nor fail, and the committed outputs and stores must equal the reference fol
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -30,9 +29,9 @@ from tests.harness.folds import (
     notifications_by_product,
     produce_sales,
 )
+from tests.harness.local_cluster import executor_dirs, remove_executor_dirs
 from tests.harness.processes import CliRun, cli_args
 from tests.harness.topics import committed_records, uid
-from tests.integration.test_local_cluster import _executor_dirs
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +65,7 @@ def _rebuilt(executor_dirs: list[Path]) -> int:
     )
 
 
-def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
+def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path, local_cluster):
     run_id = uid()
     bootstrap = kafka.bootstrap_servers
     input_topic, output_topic = f"move-in-{run_id}", f"move-out-{run_id}"
@@ -101,7 +100,7 @@ def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
             for wave in range(MAX_WAVES):
                 produce_sales(bootstrap, input_topic, sales[wave * WAVE : (wave + 1) * WAVE])
                 _wait_committed(bootstrap, output_topic, (wave + 1) * WAVE, run)
-                if wave + 1 >= WAVES and _rebuilt(_executor_dirs(marker)):
+                if wave + 1 >= WAVES and _rebuilt(executor_dirs(marker)):
                     break
             sales = sales[: (wave + 1) * WAVE]
             run.signal(signal.SIGTERM)
@@ -110,11 +109,10 @@ def test_tasks_returning_to_an_executor_keep_exactly_once(kafka, tmp_path):
             warnings = run.find("bounded_epochs")
         logs = {
             directory.name: (directory / "stderr").read_text(errors="replace")
-            for directory in _executor_dirs(marker)
+            for directory in executor_dirs(marker)
         }
     finally:
-        for app_dir in {d.parent for d in _executor_dirs(marker)}:
-            shutil.rmtree(app_dir, ignore_errors=True)
+        remove_executor_dirs(marker)
     # three workers on two slots: bounded epochs, the workers taking turns
     assert [(w["workers"], w["slots"]) for w in warnings] == [(PARTITIONS, 2)], warnings
     # tasks did move: a task rebuilt on an executor it had left (its committed state moved on)
