@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
-from processor_api.engine.records import InputRecord, MessageBatch
+from processor_api.engine.records import InputRecord, MessageBatch, input_record
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import CommittedBatches, split_stamp
 from processor_api.kafka.client_config import KafkaClientConfig
@@ -22,24 +20,7 @@ RELEASE_WRITER = "(pinned-partition release)"
 def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> list[InputRecord]:
     """confluent-kafka messages of one partition as input records (no timestamp: -1, which
     the engine skips as Kafka Streams does)."""
-    not_available = TIMESTAMP_NOT_AVAILABLE
-    records: list[InputRecord] = []
-    append = records.append
-    for message in messages:
-        kind, timestamp = message.timestamp()
-        headers = message.headers()
-        append(
-            InputRecord(
-                topic,
-                partition,
-                message.offset(),
-                -1 if kind == not_available else timestamp,
-                message.key(),
-                message.value(),
-                () if headers is None else tuple(headers),
-            )
-        )
-    return records
+    return [input_record(topic, partition, message) for message in messages]
 
 
 def drop_aborted(

@@ -12,7 +12,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Mess
 from processor_api import HandlerResponse, ProcessingError, Processor, Serdes, Topology
 from processor_api.config import StreamsConfig
 from processor_api.engine.records import InputRecord, ListCollector, MessageBatch
-from processor_api.engine.task import Task
+from tests.core.test_task import make_task  # partition 3
 
 
 class Seen(Processor):
@@ -50,16 +50,7 @@ def task_of(*topics, value_serde=None, config=None, collector=None):
         .add_sink("sink", "out", "seen", key_serde=Serdes.bytes(),
                   value_serde=value_serde or Serdes.string())
     )  # fmt: skip
-    (sub,) = top.subtopologies()
-    return Task(
-        subtopology=sub,
-        partition=3,
-        store_builders=top.store_builders,
-        store_factory=lambda builder, ts: builder.build(timestamp_fn=ts),
-        collector=collector or ListCollector(),
-        config=config or StreamsConfig(application_id="t"),
-        clock=lambda: 0,
-    )
+    return make_task(top, lambda: 0, config=config, collector=collector)
 
 
 def test_records_keep_their_timestamp_headers_and_coordinates():
@@ -166,15 +157,10 @@ def test_a_failing_processor_reports_the_message_as_an_input_record():
         .add_source("s", "a", value_serde=Serdes.string())
         .add_processor("boom", Boom, "s")
     )
-    (sub,) = top.subtopologies()
     config = StreamsConfig.from_dict(
         {"application.id": "t", "processing.exception.handler": handler}
     )
-    task = Task(
-        subtopology=sub, partition=3, store_builders=top.store_builders,
-        store_factory=lambda builder, ts: builder.build(timestamp_fn=ts),
-        collector=ListCollector(), config=config, clock=lambda: 0,
-    )  # fmt: skip
+    task = make_task(top, lambda: 0, config=config)
     task.process_batch(MessageBatch({"a": [message("a", 4, 1, b"x", headers=[("h", b"2")])]}))
     assert handled == [("a", 3, 4, (("h", b"2"),))]
     assert task.metadata().input_positions == {"a": 5}
