@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from processor_api.engine.read_only import ReadOnlyStoreView
-from processor_api.engine.records import InputRecord
+from processor_api.engine.records import InputRecord, KafkaMessage, input_record
 from processor_api.errors import ProcessingError, StoreError, StreamsError
 from processor_api.processor import (
     Cancellable,
@@ -44,25 +44,50 @@ class RecordContext:
     """What the task is working on: the input record (``None`` in punctuation, ``init()`` and
     ``close()``) and the timestamp of the record being processed or of the punctuation.
 
-    ``metadata`` is the :class:`RecordMetadata` of ``raw``, made when a processor first asks.
+    A task sets ``message`` (the consumed message) and ``source`` (its queue: ``topic`` and
+    ``partition``) per record; :attr:`raw`, the :class:`InputRecord` that error handlers get,
+    is made from them only when asked. ``metadata`` is the :class:`RecordMetadata` of the
+    record, made when a processor first asks.
     """
 
-    __slots__ = ("raw", "metadata", "timestamp")
+    __slots__ = ("message", "source", "given", "metadata", "timestamp")
 
     def __init__(self) -> None:
-        self.raw: InputRecord | None = None
+        self.message: KafkaMessage | None = None
+        self.source: Any = None  # what ``message`` came from: has ``topic`` and ``partition``
+        self.given: InputRecord | None = None
         self.metadata: RecordMetadata | None = None
         self.timestamp = 0
+
+    @property
+    def raw(self) -> InputRecord | None:
+        """The input record being processed, or None outside of one."""
+        message = self.message
+        if message is not None:
+            source = self.source
+            return input_record(source.topic, source.partition, message)
+        return self.given
+
+    @raw.setter
+    def raw(self, record: InputRecord | None) -> None:
+        self.given = record
+        self.message = None
 
     def record_metadata(self) -> RecordMetadata | None:
         """Topic, partition and offset of the input record, or None outside of one."""
         metadata = self.metadata
         if metadata is None:
-            raw = self.raw
-            if raw is None:
-                return None
             # Made on first use only: most processors never ask.
-            metadata = self.metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
+            message = self.message
+            if message is not None:
+                source = self.source
+                metadata = RecordMetadata(source.topic, source.partition, message.offset())
+            else:
+                raw = self.given
+                if raw is None:
+                    return None
+                metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
+            self.metadata = metadata
         return metadata
 
 

@@ -6,6 +6,12 @@ topic) is a FIFO queue in offset order whose head record is deserialized and sta
 takes the queue whose head has the smallest timestamp. A record that cannot be deserialized
 (and is skipped by the handler) or whose timestamp is negative is dropped when it would
 become the head.
+
+A queue holds the records as the consumer handed them out (``confluent_kafka.Message``, seen
+through :class:`~.records.KafkaMessage`): no object is made per record before its
+``Record``. Records handed in as :class:`~.records.InputRecord` (the test driver, tests) are
+queued as :class:`~.records.RecordMessage`; error handlers get an ``InputRecord`` made when
+they are asked (:func:`~.records.input_record`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from typing import Any
 
 from processor_api.engine.idling import InputIdling
 from processor_api.engine.nodes import ProcessorNode
-from processor_api.engine.records import InputRecord
+from processor_api.engine.records import (
+    TIMESTAMP_NOT_AVAILABLE,
+    InputRecord,
+    KafkaMessage,
+    MessageBatch,
+    RecordMessage,
+    input_record,
+)
 from processor_api.errors import ProcessingError, StreamsError
 from processor_api.processor import Record, checked_record
 from processor_api.topology.nodes import SourceNode as SourceDefinition
@@ -24,7 +37,7 @@ from processor_api.topology.nodes import SourceNode as SourceDefinition
 OnDeserializationError = Callable[[InputRecord, str, Exception], None]
 """``on_error(raw, source_name, exc)``: raises to fail, returns to skip the record."""
 
-OnSkipped = Callable[[InputRecord], None]
+OnSkipped = Callable[["RecordQueue", KafkaMessage], None]
 """Told of every record a queue drops (deserialization skipped, negative timestamp)."""
 
 
@@ -41,6 +54,7 @@ class RecordQueue:
 
     __slots__ = (
         "topic",
+        "partition",
         "index",
         "source",
         "key_serde",
@@ -60,6 +74,7 @@ class RecordQueue:
     def __init__(
         self,
         topic: str,
+        partition: int,
         index: int,
         source: SourceDefinition,
         node: ProcessorNode,
@@ -70,6 +85,7 @@ class RecordQueue:
         registry: Mapping[str, Any] | None = None,
     ) -> None:
         self.topic = topic
+        self.partition = partition
         self.index = index  # tie-break between heads of equal timestamp: source topic order
         self.source = source
         # bound once per topic: Schema Registry serdes need the topic for their subject
@@ -78,9 +94,9 @@ class RecordQueue:
         self.node = node
         self.partition_time = partition_time
         self.head: Record | None = None
-        self.head_raw: InputRecord | None = None
+        self.head_raw: KafkaMessage | None = None
         self.last_offset = -1  # the largest offset queued so far (-1: none)
-        self._records: list[InputRecord] = []
+        self._records: list[KafkaMessage] = []
         self._next = 0
         self._on_error = on_deserialization_error
         self._on_skipped = on_skipped
@@ -90,7 +106,7 @@ class RecordQueue:
         """Records not taken yet, the head included."""
         return len(self._records) - self._next + (self.head is not None)
 
-    def extend(self, records: list[InputRecord]) -> None:
+    def extend(self, records: list[KafkaMessage]) -> None:
         """Queue ``records`` (in offset order, all past :attr:`last_offset`) behind the rest."""
         if self._next:
             # keep the stamped head's raw record (at _next - 1) until it is polled
@@ -98,13 +114,13 @@ class RecordQueue:
             self._records = self._records[done:]
             self._next -= done
         self._records.extend(records)
-        self.last_offset = records[-1].offset
+        self.last_offset = records[-1].offset()
 
     def first_offset(self) -> int | None:
         """The offset of the first record not taken yet (the head included), or None."""
         if self.head_raw is not None:
-            return self.head_raw.offset
-        return self._records[self._next].offset if self._next < len(self._records) else None
+            return self.head_raw.offset()
+        return self._records[self._next].offset() if self._next < len(self._records) else None
 
     def clear(self) -> None:
         """Drop everything queued."""
@@ -113,17 +129,24 @@ class RecordQueue:
         self.head = self.head_raw = None
         self.last_offset = -1
 
-    def stamp(self, raw: InputRecord) -> Record | None:
+    def input_record(self, message: KafkaMessage) -> InputRecord:
+        """``message`` as an :class:`InputRecord` of this queue's topic and partition."""
+        return input_record(self.topic, self.partition, message)
+
+    def stamp(self, raw: KafkaMessage) -> Record | None:
         """Deserialize ``raw`` and give it its timestamp; None if it is to be dropped."""
         source = self.source
         try:
-            key = self.key_serde.deserialize(raw.key)
-            value = self.value_serde.deserialize(raw.value)
+            key = self.key_serde.deserialize(raw.key())
+            value = self.value_serde.deserialize(raw.value())
         except Exception as exc:
-            self._on_error(raw, source.name, exc)
+            self._on_error(self.input_record(raw), source.name, exc)
             return None
-        timestamp = raw.timestamp
-        headers = raw.headers
+        kind, timestamp = raw.timestamp()
+        if kind == TIMESTAMP_NOT_AVAILABLE:
+            timestamp = -1  # skipped below, as Kafka Streams does
+        given = raw.headers()
+        headers = () if given is None else tuple(given)
         extractor = source.timestamp_extractor
         if extractor is not None:
             try:
@@ -133,17 +156,17 @@ class RecordQueue:
             except Exception as exc:
                 raise ProcessingError(
                     f"timestamp extractor raised {type(exc).__name__}: {exc}",
-                    topic=raw.topic,
-                    partition=raw.partition,
-                    offset=raw.offset,
+                    topic=self.topic,
+                    partition=self.partition,
+                    offset=raw.offset(),
                     processor=source.name,
                 ) from exc
         if timestamp < 0:
             self._log.warning(
                 "record_skipped_invalid_timestamp",
-                topic=raw.topic,
-                partition=raw.partition,
-                offset=raw.offset,
+                topic=self.topic,
+                partition=self.partition,
+                offset=raw.offset(),
                 timestamp=timestamp,
             )
             return None
@@ -151,14 +174,14 @@ class RecordQueue:
             return checked_record(key, value, timestamp, headers)
         return Record(key, value, timestamp, headers)
 
-    def take_all(self) -> Iterable[InputRecord]:
+    def take_all(self) -> Iterable[KafkaMessage]:
         """Hand out every remaining raw record, in offset order (one-queue fast path)."""
         records, start = self._records, self._next - (self.head is not None)
         self._records, self._next = [], 0
         self.head = self.head_raw = None
         return records if start == 0 else records[start:]
 
-    def take(self, limit: int) -> list[InputRecord]:
+    def take(self, limit: int) -> list[KafkaMessage]:
         """Hand out up to ``limit`` remaining raw records, in offset order (one-queue path);
         the rest stay queued."""
         records, start = self._records, self._next - (self.head is not None)
@@ -181,10 +204,10 @@ class RecordQueue:
             if record is not None:
                 self.head, self.head_raw = record, raw
                 return True
-            self._on_skipped(raw)
+            self._on_skipped(self, raw)
         return False
 
-    def poll(self) -> tuple[InputRecord, Record]:
+    def poll(self) -> tuple[KafkaMessage, Record]:
         """Take the head (the caller updates ``partition_time`` when it processes it)."""
         raw, record = self.head_raw, self.head
         self.head = self.head_raw = None
@@ -208,11 +231,13 @@ class PartitionGroup:
         log: Any,
         max_task_idle_ms: int = 0,
         registry: Mapping[str, Any] | None = None,
+        partition: int = 0,
     ) -> None:
         self.task_id = task_id
         self.queues: dict[str, RecordQueue] = {
             topic: RecordQueue(
                 topic,
+                partition,
                 index,
                 source,
                 node,
@@ -260,21 +285,41 @@ class PartitionGroup:
             by_topic.setdefault(record.topic, []).append(record)
         queued = 0
         for topic, records in by_topic.items():
-            queue = queues[topic]
             records.sort(key=_offset)
-            floor = max(positions.get(topic, 0), queue.last_offset + 1)
-            if records[0].offset < floor:
-                records = [r for r in records if r.offset >= floor]
-            if not records:
-                continue
-            queue.extend(records)
-            queued += len(records)
-            self.idling.filled(topic)
-            if queue is not self._polled and queue.head is None and queue.update_head():
-                head = queue.head
-                assert head is not None  # update_head() said so
-                heapq.heappush(self._heap, (head.timestamp, queue.index, queue))
+            messages: list[KafkaMessage] = [RecordMessage(record) for record in records]
+            queued += self._queue(topic, messages, positions)
         return queued
+
+    def add_messages(self, batch: MessageBatch, positions: Mapping[str, int]) -> int:
+        """:meth:`add_records` for what the consumer handed out: per topic, in offset order
+        (a partition's order, as the consumer keeps it), so nothing is sorted or copied."""
+        queues = self.queues
+        queued = 0
+        for topic, messages in batch.by_topic.items():
+            if topic not in queues:
+                raise StreamsError(
+                    f"task {self.task_id} got records of topic {topic!r}, which none of its "
+                    f"sources reads (they read {sorted(queues)})"
+                )
+            if messages:
+                queued += self._queue(topic, messages, positions)
+        return queued
+
+    def _queue(self, topic: str, records: list[KafkaMessage], positions: Mapping[str, int]) -> int:
+        """Queue ``records`` (of ``topic``, in offset order) from the floor on; how many."""
+        queue = self.queues[topic]
+        floor = max(positions.get(topic, 0), queue.last_offset + 1)
+        if records[0].offset() < floor:
+            records = [r for r in records if r.offset() >= floor]
+            if not records:
+                return 0
+        queue.extend(records)
+        self.idling.filled(topic)
+        if queue is not self._polled and queue.head is None and queue.update_head():
+            head = queue.head
+            assert head is not None  # update_head() said so
+            heapq.heappush(self._heap, (head.timestamp, queue.index, queue))
+        return len(records)
 
     def ready(self, now: int) -> bool:
         """Whether the next record may be taken at wall-clock time ``now`` (see ``idling``)."""
@@ -290,7 +335,7 @@ class PartitionGroup:
         self._polled = None
         return filled[0]
 
-    def next_record(self, now: int) -> tuple[RecordQueue, InputRecord, Record] | None:
+    def next_record(self, now: int) -> tuple[RecordQueue, KafkaMessage, Record] | None:
         """The record with the smallest timestamp among the queue heads, or None when the
         queues are empty or the task must wait for an input that ran empty.
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 RawHeaders = tuple[tuple[str, "bytes | None"], ...]
+
+#: The timestamp type of a message without a timestamp (librdkafka's
+#: ``RD_KAFKA_TIMESTAMP_NOT_AVAILABLE``, confluent-kafka's ``TIMESTAMP_NOT_AVAILABLE``).
+TIMESTAMP_NOT_AVAILABLE = 0
 
 
 @dataclass(slots=True)
@@ -19,6 +24,91 @@ class InputRecord:
     key: bytes | None
     value: bytes | None
     headers: RawHeaders = ()
+
+
+class KafkaMessage(Protocol):
+    """The accessors of a consumed message that a task reads (``confluent_kafka.Message``'s):
+    a task takes its input as the consumer hands it out, without a copy per record."""
+
+    def offset(self) -> int: ...  # a record's (None only for events, never queued)
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
+
+
+class MessageBatch:
+    """What one poll brought a task: per input topic, the records (no error events) of the
+    task's partition, in offset order, as the consumer gave them (:class:`KafkaMessage`).
+
+    ``len()`` is the number of records; a batch without records is false.
+    """
+
+    __slots__ = ("by_topic", "count")
+
+    def __init__(self, by_topic: dict[str, list[KafkaMessage]] | None = None) -> None:
+        self.by_topic: dict[str, list[KafkaMessage]] = by_topic if by_topic is not None else {}
+        self.count = sum(map(len, self.by_topic.values()))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def messages(self) -> list[KafkaMessage]:
+        """Every record of the batch, topic after topic."""
+        return [message for messages in self.by_topic.values() for message in messages]
+
+
+class RecordMessage:
+    """An :class:`InputRecord` seen through the :class:`KafkaMessage` accessors: the queues
+    of a task hold messages, and records handed in as ``InputRecord``s (the test driver,
+    tests) join them this way."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: InputRecord) -> None:
+        self.record = record
+
+    def offset(self) -> int:
+        return self.record.offset
+
+    def timestamp(self) -> tuple[int, int]:
+        # CREATE_TIME (1); -1, like a missing timestamp, is skipped by the task
+        return (1, self.record.timestamp)
+
+    def key(self) -> bytes | None:
+        return self.record.key
+
+    def value(self) -> bytes | None:
+        return self.record.value
+
+    def headers(self) -> RawHeaders | None:
+        # the tuple as it is: the task's tuple() of it is the same object
+        return self.record.headers or None
+
+
+def input_record(topic: str, partition: int, message: KafkaMessage) -> InputRecord:
+    """``message`` of ``topic``/``partition`` as an :class:`InputRecord` (what error handlers
+    and the record context are given)."""
+    if isinstance(message, RecordMessage):
+        return message.record
+    kind, timestamp = message.timestamp()
+    headers = message.headers()
+    return InputRecord(
+        topic,
+        partition,
+        message.offset(),
+        -1 if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+        message.key(),
+        message.value(),
+        () if headers is None else tuple(headers),
+    )
 
 
 @dataclass(slots=True)

@@ -46,7 +46,12 @@ from processor_api.engine.punctuation import (
     interval_ms_of,
     start_time_ms,
 )
-from processor_api.engine.records import InputRecord, RecordCollector
+from processor_api.engine.records import (
+    InputRecord,
+    KafkaMessage,
+    MessageBatch,
+    RecordCollector,
+)
 from processor_api.engine.sink import SinkNode
 from processor_api.errors import ProcessingError
 from processor_api.kafka.names import changelog_topic
@@ -152,6 +157,7 @@ class Task:
             self._log,
             self.config.max_task_idle_ms,
             self.config.schema_registry,
+            self.partition,
         )
 
     def _current_record_timestamp(self) -> int:
@@ -220,9 +226,14 @@ class Task:
             ) from first
 
     # ------------------------------------------------------------- processing
-    def process_batch(self, records: Iterable[InputRecord], limit: int | None = None) -> int:
+    def process_batch(
+        self, records: Iterable[InputRecord] | MessageBatch, limit: int | None = None
+    ) -> int:
         """Queue records of this task's partition and process what may be processed now,
         at most ``limit`` records (None: no limit); returns how many were processed.
+
+        ``records`` are :class:`InputRecord`s, or what the consumer handed out for the task
+        (a :class:`MessageBatch`: queued as they are, no object made per record).
 
         Records of one topic are taken in offset order. With several co-partitioned topics,
         the record whose (deserialized, extracted) timestamp is smallest goes first, and the
@@ -237,7 +248,10 @@ class Task:
         group = self.partition_group
         try:
             now = self.clock()
-            queued = group.add_records(records, self._positions)
+            if records.__class__ is MessageBatch:
+                queued = group.add_messages(records, self._positions)
+            else:
+                queued = group.add_records(records, self._positions)  # type: ignore[arg-type]
             if not group.ready(now):
                 if queued:
                     self.idle_time.active(now, self.stream_time)
@@ -254,7 +268,7 @@ class Task:
                 for raw in raws:
                     record = stamp(raw)
                     if record is None:
-                        self._skipped(raw)
+                        self._skipped(only, raw)
                     else:
                         process(only, raw, record)
                         count += 1
@@ -304,12 +318,12 @@ class Task:
         group = self.partition_group
         return group.idling.next_deadline(group.queues)
 
-    def _skipped(self, raw: InputRecord) -> None:
+    def _skipped(self, queue: RecordQueue, raw: KafkaMessage) -> None:
         """A record dropped before processing (handler skipped it, negative timestamp)."""
         self.records_skipped += 1
-        self._positions[raw.topic] = raw.offset + 1
+        self._positions[queue.topic] = raw.offset() + 1
 
-    def _process(self, queue: RecordQueue, raw: InputRecord, record: Record) -> None:
+    def _process(self, queue: RecordQueue, raw: KafkaMessage, record: Record) -> None:
         timestamp = record.timestamp
         if timestamp > queue.partition_time:
             queue.partition_time = timestamp
@@ -317,7 +331,9 @@ class Task:
             self.stream_time = timestamp
         context = self.record_context
         context.timestamp = timestamp
-        context.raw = raw  # record_metadata() makes its RecordMetadata when asked
+        # record_metadata() makes its RecordMetadata when asked, context.raw its InputRecord
+        context.message = raw
+        context.source = queue
         undo = self.undo.entries
         if undo:
             undo.clear()
@@ -330,14 +346,16 @@ class Task:
                 deliver(target, record)
         except ProcessingError as error:
             failed, graph.failed_record = graph.failed_record, None
-            self.errors.on_processing_error(error, raw, record if failed is None else failed)
+            self.errors.on_processing_error(
+                error, queue.input_record(raw), record if failed is None else failed
+            )
         finally:
-            context.raw = None
+            context.message = None
             context.metadata = None
         # Only reached when the record was handled (processed, or failed and the handler
         # went on): a failing record leaves the position on itself, so nothing past it is
         # committed.
-        self._positions[raw.topic] = raw.offset + 1
+        self._positions[queue.topic] = raw.offset() + 1
         self.records_processed += 1
         if self.stream_time >= self._stream_due:
             self.maybe_punctuate_stream_time()
@@ -401,8 +419,9 @@ class Task:
 
     def _fire(self, schedule: PunctuationSchedule, timestamp: int) -> None:
         context = self.record_context
-        saved = (context.raw, context.metadata, context.timestamp)
-        context.raw, context.metadata, context.timestamp = None, None, timestamp
+        saved = (context.message, context.given, context.metadata, context.timestamp)
+        context.message = context.given = context.metadata = None
+        context.timestamp = timestamp
         self.undo.clear()
         try:
             schedule.punctuator(timestamp)
@@ -419,7 +438,7 @@ class Task:
             self.graph.failed_record = None
             self.errors.on_processing_error(error, None, None)
         finally:
-            context.raw, context.metadata, context.timestamp = saved
+            context.message, context.given, context.metadata, context.timestamp = saved
 
     # ----------------------------------------------------------------- commit
     def flush(self) -> dict[str, list[ChangeRecord]]:

@@ -3,8 +3,10 @@
 A :class:`WorkerInput` is what Kafka Streams' stream thread does with its main consumer: one
 consumer, never in a group and never committing, assigned the input partitions of every task
 the worker runs. :meth:`WorkerInput.fetch` takes what arrived (waiting at most the given time
-for the first record, never for a full batch) and hands each record to the task that owns its
-partition. Each task sees its share through a :class:`ContinuousInput`: its partition of every
+for the first record, never for a full batch) and hands each message to the task that owns its
+partition (onto that task's list for the topic). A task takes the consumer's messages as they
+are (``MessageBatch``): no object is made per record between the consumer and the task's
+``Record``. Each task sees its share through a :class:`ContinuousInput`: its partition of every
 input topic, assigned at the task's committed position (or the source's reset policy when it
 has none). A task's input knows per partition how far it has read (``read_end``: past records,
 transaction markers and skipped offsets, as the consumer's position and partition-EOF tell) and
@@ -27,14 +29,13 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
     TopicPartition,
 )
 
-from processor_api.engine.records import InputRecord
+from processor_api.engine.records import MessageBatch
 from processor_api.errors import SourceReadError
 from processor_api.kafka.admin import client_config
 from processor_api.kafka.client_config import KafkaClientConfig
@@ -92,6 +93,8 @@ class WorkerInput:
                 },
             )
         )
+        #: Per (topic, partition): the task's list of messages fetched and not handed out.
+        self._targets: dict[tuple[str | None, int | None], list[Any]] = {}
         self._owners: dict[tuple[str | None, int | None], ContinuousInput] = {}
         self._answered_at = time.monotonic()  # the broker last answered (a fetch, a probe)
         self._probed_at = 0.0
@@ -113,6 +116,7 @@ class WorkerInput:
         self.detach(view)
         for tp in partitions:
             self._owners[(tp.topic, tp.partition)] = view
+            self._targets[(tp.topic, tp.partition)] = view.pending_list(tp.topic)
         if partitions:
             self.consumer.incremental_assign(partitions)
 
@@ -121,6 +125,7 @@ class WorkerInput:
         owned = [key for key, owner in self._owners.items() if owner is view]
         for key in owned:
             del self._owners[key]
+            del self._targets[key]
         if owned and self._consumer is not None:
             self._consumer.incremental_unassign(
                 [TopicPartition(str(t), int(p or 0)) for t, p in owned]
@@ -140,12 +145,12 @@ class WorkerInput:
             self._answered_at, self.unreachable_since = now, None
         elif now - max(self._answered_at, self._probed_at) >= PROBE_AFTER_S:
             self._probe(consumer)
-        owners = self._owners
+        targets = self._targets
         for message in messages:
             topic, partition = message.topic(), message.partition()
-            owner = owners.get((topic, partition))
-            if owner is not None:
-                owner.pending.append(message)
+            target = targets.get((topic, partition))
+            if target is not None:
+                target.append(message)
                 continue
             error = message.error()
             if error is not None and (error.fatal() or error.code() in _FATAL_CODES):
@@ -192,6 +197,7 @@ class WorkerInput:
         """Close the consumer (idempotent)."""
         consumer, self._consumer = self._consumer, None
         self._owners.clear()
+        self._targets.clear()
         if consumer is not None:
             try:
                 consumer.close()
@@ -227,8 +233,8 @@ class ContinuousInput:
             kafka=kafka,
             poll_records=poll_records,
         )
-        #: Messages the worker fetched for this task, not handed out yet.
-        self.pending: list[Any] = []
+        #: Per topic, the messages the worker fetched for this task, not handed out yet.
+        self._pending: dict[str, list[Any]] = {}
         self.read_end: dict[str, int] = {}
         self._eof: dict[str, bool] = {}
         self._bounds: dict[str, int] = {}
@@ -246,7 +252,7 @@ class ContinuousInput:
             consumer.resume([TopicPartition(t, self.partition) for t in self._paused])
         self._topics = list(positions)
         self.read_end = {}
-        self.pending = []
+        self._pending = {}
         assignment = []
         for topic, offset in positions.items():
             if offset is None:
@@ -273,22 +279,41 @@ class ContinuousInput:
         return bool(self._bounds)
 
     # ---------------------------------------------------------------------- poll
-    def poll(self, timeout_s: float) -> list[InputRecord]:
-        """The records that arrived, in offset order per partition; when none were fetched
+    def pending_list(self, topic: str) -> list[Any]:
+        """The list the worker appends ``topic``'s fetched messages to (one per topic for
+        the task's life: the worker keeps a reference)."""
+        pending = self._pending.get(topic)
+        if pending is None:
+            pending = self._pending[topic] = []
+        return pending
+
+    @property
+    def pending(self) -> bool:
+        """Whether the worker fetched messages for this task that it has not handed out."""
+        return any(self._pending.values())
+
+    def poll(self, timeout_s: float) -> MessageBatch:
+        """The records that arrived, per topic in offset order; when none were fetched
         for the task yet, fetches first (waiting up to ``timeout_s`` for the first record
         only), unless the task shares its worker's consumer and may not wait: the worker's
         loop fetches once for all its tasks then."""
         self._require()
         if not self.pending and (self._owns_shared or timeout_s > 0):
             self._shared.fetch(timeout_s)
-        messages, self.pending = self.pending, []
+        batch: dict[str, list[Any]] = {}
         overshot: set[str] = set()
-        records = self._to_records(messages, overshot)
+        for topic, pending in self._pending.items():
+            if pending:
+                messages = pending.copy()
+                pending.clear()  # the worker appends to this list: emptied, not replaced
+                records = self._records_of(topic, messages, overshot)
+                if records:
+                    batch[topic] = records
         for topic in overshot:  # fetched past its end: read again from there later
             self._require().seek(TopicPartition(topic, self.partition, self._bounds[topic]))
         self._advance_skipped()
         self._pause_reached()
-        return records
+        return MessageBatch(batch)
 
     @property
     def topics(self) -> list[str]:
@@ -300,45 +325,38 @@ class ContinuousInput:
         """Since when (monotonic) the broker has not answered, while it does not; else None."""
         return self._shared.unreachable_since
 
-    def _to_records(self, messages: list[Any], overshot: set[str]) -> list[InputRecord]:
-        records: list[InputRecord] = []
-        append = records.append
-        bounds = self._bounds
-        read_end = self.read_end
-        not_available = TIMESTAMP_NOT_AVAILABLE
-        partition = self.partition
-        eof = self._eof
-        for message in messages:
-            error = message.error()
-            topic = message.topic()
-            if error is not None:
-                self._on_error(topic, message, error)
-                continue
-            offset = message.offset()
-            bound = bounds.get(topic)
-            if bound is not None and offset >= bound:
-                # fetched in order from the task's position: everything below the bound was
-                # handed out before (or is not there), so the topic has reached it, even when
-                # nothing was read below it (a bound at the partition's first offset)
-                if bound > read_end.get(topic, -1):
-                    read_end[topic] = bound
-                overshot.add(topic)
-                continue
-            kind, timestamp = message.timestamp()
-            headers = message.headers()
-            append(
-                InputRecord(
-                    topic,
-                    partition,
-                    offset,
-                    -1 if kind == not_available else timestamp,
-                    message.key(),
-                    message.value(),
-                    () if headers is None else tuple(headers),
-                )
-            )
-            read_end[topic] = offset + 1
-            eof[topic] = False
+    def _records_of(self, topic: str, messages: list[Any], overshot: set[str]) -> list[Any]:
+        """The records among ``messages`` (of ``topic``, in offset order) below the topic's
+        bound; error events (partition-EOF, ...) are taken in order on the way."""
+        records = [message for message in messages if message.error() is None]
+        if len(records) != len(messages):  # events: their order against the records matters
+            records = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    records.append(message)
+                    self._eof[topic] = False
+                else:
+                    self._on_error(topic, message, error)
+        elif records:
+            self._eof[topic] = False
+        if not records:
+            return records
+        bound = self._bounds.get(topic)
+        last = records[-1].offset()
+        if bound is not None and last >= bound:
+            # fetched in order from the task's position: everything below the bound was
+            # handed out before (or is not there), so the topic has reached it, even when
+            # nothing was read below it (a bound at the partition's first offset)
+            records = [message for message in records if message.offset() < bound]
+            if bound > self.read_end.get(topic, -1):
+                self.read_end[topic] = bound
+            overshot.add(topic)
+            if not records:
+                return records
+            last = records[-1].offset()
+        if last + 1 > self.read_end.get(topic, -1):
+            self.read_end[topic] = last + 1
         return records
 
     def _on_error(self, topic: str, message: Any, error: KafkaError) -> None:
@@ -426,7 +444,7 @@ class ContinuousInput:
         if self._closed:
             return
         self._closed = True
-        self.pending = []
+        self._pending = {}
         if self._owns_shared:
             self._shared.close()
         else:

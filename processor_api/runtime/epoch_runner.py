@@ -464,7 +464,7 @@ class EpochTaskRunner(TaskRunner):
         whether it did anything."""
         records = stream.poll(0.0 if self._unfinished else wait_s)
         if records:
-            records = self._input.keep_committed(records)
+            records = self._input.keep_committed(records, self.partition)
             if not self._first_records_seen:  # start-up timelines (bench/first_output.py)
                 self._first_records_seen = True
                 self._log.debug("task_first_records", records=len(records))

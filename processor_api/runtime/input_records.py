@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
-from processor_api.engine.records import InputRecord
+from processor_api.engine.records import InputRecord, MessageBatch, input_record
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import CommittedBatches, split_stamp
 from processor_api.kafka.client_config import KafkaClientConfig
@@ -22,67 +20,54 @@ RELEASE_WRITER = "(pinned-partition release)"
 def to_input_records(topic: str, partition: int, messages: Iterable[Any]) -> list[InputRecord]:
     """confluent-kafka messages of one partition as input records (no timestamp: -1, which
     the engine skips as Kafka Streams does)."""
-    not_available = TIMESTAMP_NOT_AVAILABLE
-    records: list[InputRecord] = []
-    append = records.append
-    for message in messages:
-        kind, timestamp = message.timestamp()
-        headers = message.headers()
-        append(
-            InputRecord(
-                topic,
-                partition,
-                message.offset(),
-                -1 if kind == not_available else timestamp,
-                message.key(),
-                message.value(),
-                () if headers is None else tuple(headers),
-            )
-        )
-    return records
+    return [input_record(topic, partition, message) for message in messages]
 
 
 def drop_aborted(
-    records: list[InputRecord], stamped_topics: frozenset[str], batches: CommittedBatches | None
-) -> tuple[list[InputRecord], dict[tuple[str, int, str], int]]:
-    """``records`` without those of repartition topics that an aborted transaction wrote
-    (``batches`` decides; None: keep all) and without the records that released a partition
-    pinned by Tansu (``kafka/transaction_ends.py``), every batch stamp header taken off; and
-    how many were dropped per (topic, partition, upstream task or :data:`RELEASE_WRITER`).
-    See ``kafka/batch_stamps.py``."""
-    if not stamped_topics:
-        return records, {}
-    kept: list[InputRecord] = []
+    batch: MessageBatch,
+    partition: int,
+    stamped_topics: frozenset[str],
+    batches: CommittedBatches | None,
+) -> tuple[MessageBatch, dict[tuple[str, int, str], int]]:
+    """``batch`` (a task's poll, of ``partition``) without the records of repartition topics
+    that an aborted transaction wrote (``batches`` decides; None: keep all) and without the
+    records that released a partition pinned by Tansu (``kafka/transaction_ends.py``), every
+    batch stamp header taken off (the message's headers are replaced); and how many were
+    dropped per (topic, partition, upstream task or :data:`RELEASE_WRITER`). See
+    ``kafka/batch_stamps.py``."""
+    if not stamped_topics or not any(topic in stamped_topics for topic in batch.by_topic):
+        return batch, {}
+    by_topic: dict[str, list[Any]] = {}
     dropped: dict[tuple[str, int, str], int] = {}
-    for record in records:
-        if record.headers and record.topic in stamped_topics:
-            if any(name == RELEASE_HEADER for name, _ in record.headers):
-                where = (record.topic, record.partition, RELEASE_WRITER)
-                dropped[where] = dropped.get(where, 0) + 1
-                continue
-            try:
-                stamp, headers = split_stamp(record.headers)
-            except StreamsError as exc:
-                raise StreamsError(
-                    f"{exc} (topic={record.topic} partition={record.partition} "
-                    f"offset={record.offset})"
-                ) from exc
-            if stamp is not None:
-                if batches is not None and not batches.is_committed(stamp):
-                    where = (record.topic, record.partition, stamp.task_id)
+    for topic, messages in batch.by_topic.items():
+        if topic not in stamped_topics:
+            by_topic[topic] = messages
+            continue
+        kept: list[Any] = []
+        message: Any  # confluent_kafka.Message: set_headers
+        for message in messages:
+            headers = message.headers()
+            if headers:
+                if any(name == RELEASE_HEADER for name, _ in headers):
+                    where = (topic, partition, RELEASE_WRITER)
                     dropped[where] = dropped.get(where, 0) + 1
                     continue
-                record = InputRecord(
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    record.timestamp,
-                    record.key,
-                    record.value,
-                    headers,
-                )
-        kept.append(record)
-    return kept, dropped
+                try:
+                    stamp, rest = split_stamp(headers)
+                except StreamsError as exc:
+                    raise StreamsError(
+                        f"{exc} (topic={topic} partition={partition} offset={message.offset()})"
+                    ) from exc
+                if stamp is not None:
+                    if batches is not None and not batches.is_committed(stamp):
+                        where = (topic, partition, stamp.task_id)
+                        dropped[where] = dropped.get(where, 0) + 1
+                        continue
+                    message.set_headers(list(rest))
+            kept.append(message)
+        if kept:
+            by_topic[topic] = kept
+    return MessageBatch(by_topic), dropped
 
 
 class TaskInput:
@@ -111,14 +96,14 @@ class TaskInput:
         self._batches: CommittedBatches | None = None
         self._log = get_logger("processor_api.task_runner", task=task_id)
 
-    def keep_committed(self, records: list[InputRecord]) -> list[InputRecord]:
-        """``records`` without those an aborted upstream transaction wrote to a repartition
-        topic, batch stamps taken off (see ``drop_aborted``)."""
+    def keep_committed(self, records: MessageBatch, partition: int) -> MessageBatch:
+        """``records`` (of ``partition``) without those an aborted upstream transaction wrote
+        to a repartition topic, batch stamps taken off (see ``drop_aborted``)."""
         if self._checks and self._batches is None:
             self._batches = CommittedBatches(
                 self._bootstrap, self._marker_topic, self._marker_partitions, kafka=self._kafka
             )
-        records, dropped = drop_aborted(records, self._stamped_topics, self._batches)
+        records, dropped = drop_aborted(records, partition, self._stamped_topics, self._batches)
         for (topic, partition, upstream), count in dropped.items():
             self._log.info(
                 "aborted_records_skipped",

@@ -17,10 +17,11 @@ import os
 import resource
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from processor_api.engine.records import TIMESTAMP_NOT_AVAILABLE, MessageBatch
 from processor_api.restore_listener import StateRestoreListener, TopicPartition
 
 #: Upper bounds (seconds) of the histograms' buckets (``+Inf`` is implied).
@@ -37,6 +38,15 @@ LATENESS_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
 
 #: Records of a poll batch whose end-to-end latency is observed, at most.
 E2E_SAMPLES = 32
+
+
+def _message_timestamp(message: Any) -> int:
+    kind, timestamp = message.timestamp()
+    return -1 if kind == TIMESTAMP_NOT_AVAILABLE else int(timestamp)
+
+
+def _record_timestamp(record: Any) -> int:
+    return int(record.timestamp)
 
 
 class Buckets:
@@ -108,7 +118,7 @@ class TaskMetrics:
     _dropped_base: dict[str, int] = field(default_factory=dict)
 
     def observe_batch(
-        self, records: Sequence, processed: int, elapsed_s: float, produced: int
+        self, records: Sequence | MessageBatch, processed: int, elapsed_s: float, produced: int
     ) -> None:
         """A poll batch went to the task: ``records`` (its input; the task may hold some
         back), ``processed`` records processed in ``elapsed_s``, ``produced`` records sent."""
@@ -122,10 +132,17 @@ class TaskMetrics:
         now_ms = time.time() * 1000
         stride = max(1, count // E2E_SAMPLES)
         e2e = self.e2e_latency
-        for index in range(0, count, stride):
-            timestamp = records[index].timestamp
-            if timestamp >= 0:
-                e2e.observe(max(0.0, (now_ms - timestamp) / 1000), min(stride, count - index))
+        if isinstance(records, MessageBatch):
+            parts: Any = records.by_topic.values()
+            timestamp_of: Callable[[Any], int] = _message_timestamp
+        else:
+            parts, timestamp_of = (records,), _record_timestamp
+        for part in parts:
+            size = len(part)
+            for index in range(0, size, stride):
+                timestamp = timestamp_of(part[index])
+                if timestamp >= 0:
+                    e2e.observe(max(0.0, (now_ms - timestamp) / 1000), min(stride, size - index))
 
     def set_dropped(self, current: dict[str, int]) -> None:
         """The current task's drops per reason (its handlers' counts since it was built)."""

@@ -26,6 +26,7 @@ from typing import Any
 from processor_api.config import StreamsConfig
 from processor_api.engine.global_task import GlobalTask
 from processor_api.engine.metadata import TaskMetadata
+from processor_api.engine.records import MessageBatch
 from processor_api.engine.task import Task
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import BatchStamp
@@ -197,7 +198,9 @@ class TaskRunner:
             return AtLeastOnce(settings, shared_clients)
         return make_guarantee(self.config.exactly_once, settings)
 
-    def _process(self, task: Task, records: list[Any], busy_until: float) -> tuple[int, bool]:
+    def _process(
+        self, task: Task, records: MessageBatch | list[Any], busy_until: float
+    ) -> tuple[int, bool]:
         """Process ``records`` (what a poll returned) until ``busy_until`` (monotonic) and
         punctuate, with the task's metrics updated once for the poll; (processed, punctuated
         or advanced)."""
@@ -214,7 +217,9 @@ class TaskRunner:
         metrics.phase = "running"
         return processed, fired or advanced
 
-    def _process_in_chunks(self, task: Task, records: list[Any], busy_until: float) -> int:
+    def _process_in_chunks(
+        self, task: Task, records: MessageBatch | list[Any], busy_until: float
+    ) -> int:
         """Process what the task may, in chunks, until ``busy_until``: a slow processor
         holds back neither the commit nor a wall-clock punctuation that comes due meanwhile.
         Records left stay queued in the task for the next turn, which does not wait to poll."""

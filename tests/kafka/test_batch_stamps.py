@@ -11,10 +11,10 @@ import json
 import threading
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from processor_api.engine.metadata import MAX_WRITER_RUNS, CommitState, TaskMetadata
-from processor_api.engine.records import InputRecord
+from processor_api.engine.records import MessageBatch
 from processor_api.errors import StreamsError
 from processor_api.kafka.batch_stamps import STAMP_HEADER, BatchStamp, CommittedBatches
 from processor_api.kafka.markers import marker_value
@@ -128,6 +128,16 @@ def test_a_marker_still_in_an_open_transaction_is_waited_for(markers):
         batches.close()
 
 
+def _message(
+    topic: str, partition: int, offset: int, headers: list[tuple[str, bytes]] | None
+) -> Message:
+    """A consumed record as the consumer hands it to a task."""
+    return Message(
+        topic=topic, partition=partition, offset=offset, key=b"k", value=b"v",
+        headers=headers, timestamp=(1, 5),
+    )  # fmt: skip
+
+
 @pytest.mark.integration
 def test_drop_aborted_strips_the_stamp_and_counts_what_it_dropped(markers):
     bootstrap, topic = markers
@@ -136,9 +146,9 @@ def test_drop_aborted_strips_the_stamp_and_counts_what_it_dropped(markers):
     upstream.commit()
     repartition = "app-words-repartition"
 
-    def record(offset: int, stamp: BatchStamp | None) -> InputRecord:
-        headers = (("h", b"1"),) + (() if stamp is None else ((STAMP_HEADER, stamp.encode()),))
-        return InputRecord(repartition, 0, offset, 5, b"k", b"v", headers)
+    def record(offset: int, stamp: BatchStamp | None) -> Message:
+        headers = [("h", b"1")] + ([] if stamp is None else [(STAMP_HEADER, stamp.encode())])
+        return _message(repartition, 0, offset, headers)
 
     records = [
         record(0, BatchStamp("0_1", 1, "w1")),  # aborted attempt of batch 1
@@ -147,28 +157,34 @@ def test_drop_aborted_strips_the_stamp_and_counts_what_it_dropped(markers):
     ]
     batches = CommittedBatches(bootstrap, topic, TASKS)
     try:
-        kept, dropped = drop_aborted(records, frozenset({repartition}), batches)
+        kept, dropped = drop_aborted(
+            MessageBatch({repartition: records}), 0, frozenset({repartition}), batches
+        )
     finally:
         batches.close()
-    assert [(r.offset, r.headers) for r in kept] == [(1, (("h", b"1"),)), (2, (("h", b"1"),))]
+    assert [(r.offset(), r.headers()) for r in kept.messages()] == [
+        (1, [("h", b"1")]),
+        (2, [("h", b"1")]),
+    ]
     assert dropped == {(repartition, 0, "0_1"): 1}
 
 
 def test_a_malformed_stamp_names_the_record():
-    bad = InputRecord("t-repartition", 2, 17, 5, b"k", b"v", ((STAMP_HEADER, b"nonsense"),))
-    with pytest.raises(StreamsError, match=r"malformed .*batch header.*offset=17"):
-        drop_aborted([bad], frozenset({"t-repartition"}), None)
+    bad = _message("t-repartition", 2, 17, [(STAMP_HEADER, b"nonsense")])
+    with pytest.raises(StreamsError, match=r"malformed .*batch header.*partition=2 offset=17"):
+        drop_aborted(MessageBatch({"t-repartition": [bad]}), 2, frozenset({"t-repartition"}), None)
 
 
 def test_records_that_released_a_pinned_partition_are_dropped_and_counted():
-    release = InputRecord("t-repartition", 1, 9, 5, None, b"", ((RELEASE_HEADER, b""),))
-    kept_record = InputRecord("t-repartition", 1, 11, 5, b"k", b"v", ())
-    elsewhere = InputRecord("t-input", 0, 3, 5, b"k", b"v", ((RELEASE_HEADER, b""),))
-    kept, dropped = drop_aborted(
-        [release, kept_record, elsewhere], frozenset({"t-repartition"}), None
-    )
-    assert kept == [kept_record, elsewhere]  # only the runtime's own topics carry them
+    release = _message("t-repartition", 1, 9, [(RELEASE_HEADER, b"")])
+    kept_record = _message("t-repartition", 1, 11, None)
+    elsewhere = _message("t-input", 1, 3, [(RELEASE_HEADER, b"")])
+    batch = MessageBatch({"t-repartition": [release, kept_record], "t-input": [elsewhere]})
+    kept, dropped = drop_aborted(batch, 1, frozenset({"t-repartition"}), None)
+    # only the runtime's own topics carry them
+    assert kept.by_topic == {"t-repartition": [kept_record], "t-input": [elsewhere]}
     assert dropped == {("t-repartition", 1, RELEASE_WRITER): 1}
+    assert len(kept) == 2
 
 
 @pytest.mark.integration
