@@ -16,7 +16,10 @@ count per key (``topologies/count_per_key.py``, 2 partitions, RocksDB, 10,000 ke
   once the tasks answer (the 503s of their start are counted apart); and the run's lag at the
   end (whether it kept up);
 * **range**: then, the run still going, ``/stores/counts/all?limit=10000`` (every key) 20
-  times.
+  times (``--ranges``);
+* **quiet range** (``--range-only``): the same range reads of a continuous run that is fed
+  nothing and asked no lookups (once its 10,000 keys are counted), so the range's own cost
+  shows apart from the cores the feeding and the lookups take.
 
 The load runs in a process of its own (``multiprocessing`` spawn), so its requests do not
 compete with the driver's HTTP server for one interpreter's lock.
@@ -153,7 +156,7 @@ def load_process(
     cpu_started = os.times()
     askers = [
         threading.Thread(target=_lookups, args=(url, lookups_per_s / ASKERS, stop, out, seed))
-        for seed in range(ASKERS)
+        for seed in range(ASKERS if lookups_per_s else 0)
     ]
     for asker in askers:
         asker.start()
@@ -186,15 +189,27 @@ def load_process(
     )
     out["produced"] = produced
     if topic is not None:
-        ranges = []
-        for _ in range(20):
-            started = time.perf_counter()
-            with urllib.request.urlopen(f"{url}/stores/counts/all?limit=10000", timeout=30) as a:
-                body = json.loads(a.read())
-            ranges.append(((time.perf_counter() - started) * 1000, len(body["entries"])))
-        out["ranges"] = ranges
+        out["ranges"], body = range_reads(url, RANGES["value"])
         out["counted"] = sum(e["value"] for e in body["entries"])
     results.put(out)
+
+
+#: How many range reads a latency or quiet phase times (``--ranges``).
+RANGES = {"value": 20}
+
+
+def range_reads(url: str, count: int) -> tuple[list[tuple[float, int]], dict[str, Any]]:
+    """``count`` reads of ``/stores/counts/all?limit=10000``, each on a new connection (as
+    a client without a kept-alive connection asks): (ms from request to parsed answer,
+    entries) of each, and the last answer."""
+    ranges = []
+    body: dict[str, Any] = {}
+    for _ in range(count):
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"{url}/stores/counts/all?limit=10000", timeout=30) as a:
+            body = json.loads(a.read())
+        ranges.append(((time.perf_counter() - started) * 1000, len(body["entries"])))
+    return ranges, body
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -445,15 +460,56 @@ def latency_run(
             "p99": round(_percentile(latencies, 0.99) or 0, 2),
             "max": round(max(latencies), 2),
         },
-        "range_10000": {
-            "entries": sorted({n for _, n in ranges}),
-            "median_ms": round(statistics.median(ms for ms, _ in ranges), 1),
-            "p99_ms": round(_percentile([ms for ms, _ in ranges], 0.99) or 0, 1),
-        },
+        "range_10000": _range_summary(ranges),
         "load_average": [load_avg_start, load_avg_end],
         # every process over the phase (feeding, lookups and the ranges; the load process's
         # own figure is its lookups' and its producer's)
         "cpu": cpu_delta(before, after, len(latencies)),
+    }
+
+
+def _range_summary(ranges: list[tuple[float, int]]) -> dict[str, Any]:
+    times = [ms for ms, _ in ranges]
+    return {
+        "reads": len(ranges),
+        "entries": sorted({n for _, n in ranges}),
+        "median_ms": round(statistics.median(times), 1),
+        "p99_ms": round(_percentile(times, 0.99) or 0, 1),
+        "min_ms": round(min(times), 1),
+        "max_ms": round(max(times), 1),
+    }
+
+
+def quiet_range_run(spark: Any, bootstrap: str, topic: str) -> dict[str, Any]:
+    """The range reads of a continuous run fed nothing and asked nothing else, once every
+    key is counted; from another process, as in :func:`latency_run`."""
+    runner = _runner(spark, bootstrap, topic, available_now=False)
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    try:
+        url = _wait_for_answers(runner)
+        deadline = time.monotonic() + 120
+        while len(range_reads(url, 1)[1].get("entries", ())) < KEYS:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run did not count its {KEYS} keys within 120 s")
+            time.sleep(0.2)
+        time.sleep(2.0)  # the first commit after the keys settles
+        load_avg_start = os.getloadavg()[0]
+        before = cpu_snapshot()
+        process, _, results = _spawn(url, 0.0, bootstrap, topic, 0, 0)
+        out = results.get(timeout=600)
+        after = cpu_snapshot()
+        process.join()
+        load_avg_end = os.getloadavg()[0]
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    cpu = cpu_delta(before, after, 0)
+    return {
+        "range_10000": _range_summary(out["ranges"]),
+        "load_average": [load_avg_start, load_avg_end],
+        # every process over the reads (the load process: its own figure, the reads' client)
+        "cpu_ms": {**cpu["cpu_ms"], "load": round(out["load_cpu_s"] * 1000, 1)},
     }
 
 
@@ -470,6 +526,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--latency-only", action="store_true", help="skip the cost runs")
+    parser.add_argument("--ranges", type=int, default=20, help="range reads per phase")
+    parser.add_argument(
+        "--range-only",
+        action="store_true",
+        help="only the range reads of a run fed nothing and asked no lookups",
+    )
     parser.add_argument(
         "--cpu-only",
         action="store_true",
@@ -477,6 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     COMMIT_INTERVAL_MS["value"] = args.commit_interval_ms
+    RANGES["value"] = args.ranges
     started_load = os.getloadavg()[0]
     broker = Broker.start()
     spark = None
@@ -490,8 +553,8 @@ def main(argv: list[str] | None = None) -> None:
             PARTITIONS,
         )
         runs = []
-        latency = cpu = None
-        if args.cpu_only:
+        latency = cpu = quiet = None
+        if args.cpu_only or args.range_only:
             args.latency_only = True
         if not args.latency_only:
             cost_run(spark, broker.bootstrap, backlog, args.records, 0)  # warm-up
@@ -506,6 +569,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.cpu_only:
             cpu = cpu_run(spark, broker.bootstrap, live, args.lookups, args.seconds)
             log(f"cpu: {cpu}")
+        elif args.range_only:
+            quiet = quiet_range_run(spark, broker.bootstrap, live)
+            log(f"quiet range: {quiet}")
         else:
             latency = latency_run(
                 spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds
@@ -521,7 +587,15 @@ def main(argv: list[str] | None = None) -> None:
         with_ = statistics.median(r["records_per_s"] for r in runs if r["lookups_per_s"])
     name = os.environ.get("BENCH_RESULT_NAME") or (
         "interactive-queries"
-        + ("-cpu" if args.cpu_only else "-latency" if args.latency_only else "")
+        + (
+            "-cpu"
+            if args.cpu_only
+            else "-range"
+            if args.range_only
+            else "-latency"
+            if args.latency_only
+            else ""
+        )
     )
     write_result(
         name,
@@ -542,6 +616,7 @@ def main(argv: list[str] | None = None) -> None:
             },
             "latency": latency,
             "cpu_per_lookup": cpu,
+            "quiet_range": quiet,
         },
     )
 
