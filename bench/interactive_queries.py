@@ -148,11 +148,25 @@ def load_process(
     seconds: float,
     stop: Any,
     results: Any,
+    ranges: int = 20,
+    under_load: bool = False,
 ) -> None:
     """Another process's load: lookups, and with a topic records at ``rate``/s for
-    ``seconds`` then the range reads; without one, lookups until ``stop`` is set. Puts a
-    dict on ``results``."""
+    ``seconds`` then ``ranges`` range reads; without one, lookups until ``stop`` is set.
+    ``under_load``: the range reads are also made from halfway through the feeding, while
+    records and lookups go on. Puts a dict on ``results``."""
     out: dict[str, Any] = {}
+    reader = None
+    if under_load and topic is not None:
+        began = time.monotonic()
+
+        def read_under_load() -> None:
+            time.sleep(seconds / 2)
+            out["ranges_under_load"], _ = range_reads(url, ranges)
+            out["ranges_under_load_end_s"] = round(time.monotonic() - began, 1)
+
+        reader = threading.Thread(target=read_under_load)
+        reader.start()
     cpu_started = os.times()
     askers = [
         threading.Thread(target=_lookups, args=(url, lookups_per_s / ASKERS, stop, out, seed))
@@ -177,6 +191,8 @@ def load_process(
             delay = started + produced / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+        if reader is not None:
+            reader.join()  # past the feeding's end only if the reads are slow (said above)
         producer.flush(60)
         stop.set()
     else:
@@ -190,7 +206,7 @@ def load_process(
     out["produced"] = produced
     if topic is not None:
         cpu_started = os.times()
-        out["ranges"], body = range_reads(url, RANGES["value"])
+        out["ranges"], body = range_reads(url, ranges)
         cpu_ended = os.times()
         out["range_client_cpu_s"] = (cpu_ended.user + cpu_ended.system) - (
             cpu_started.user + cpu_started.system
@@ -199,8 +215,9 @@ def load_process(
     results.put(out)
 
 
-#: How many range reads a latency or quiet phase times (``--ranges``).
-RANGES = {"value": 20}
+#: How many range reads a latency or quiet phase times (``--ranges``), and whether the
+#: latency phase also times them while it feeds and asks lookups (``--ranges-under-load``).
+RANGES: dict[str, Any] = {"value": 20, "under_load": False}
 
 
 def range_reads(url: str, count: int) -> tuple[list[tuple[float, int]], dict[str, Any]]:
@@ -300,7 +317,11 @@ def cpu_delta(
 def _spawn(*args: Any) -> tuple[Any, Any, Any]:
     context = multiprocessing.get_context("spawn")
     results, stop = context.Queue(), context.Event()
-    process = context.Process(target=load_process, args=(*args, stop, results))
+    process = context.Process(
+        target=load_process,
+        args=(*args, stop, results),
+        kwargs={"ranges": RANGES["value"], "under_load": RANGES["under_load"]},
+    )
     process.start()
     return process, stop, results
 
@@ -466,6 +487,11 @@ def latency_run(
             "max": round(max(latencies), 2),
         },
         "range_10000": _range_summary(ranges),
+        "range_10000_under_load": (
+            _range_summary(out["ranges_under_load"]) if "ranges_under_load" in out else None
+        ),
+        # when the reads under load ended, from the load's start (the feeding: ``seconds``)
+        "ranges_under_load_end_s": out.get("ranges_under_load_end_s"),
         "load_average": [load_avg_start, load_avg_end],
         # every process over the phase (feeding, lookups and the ranges; the load process's
         # own figure is its lookups' and its producer's)
@@ -537,6 +563,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-only", action="store_true", help="skip the cost runs")
     parser.add_argument("--ranges", type=int, default=20, help="range reads per phase")
     parser.add_argument(
+        "--ranges-under-load",
+        action="store_true",
+        help="the latency phase also reads its ranges from halfway through the feeding",
+    )
+    parser.add_argument(
         "--range-only",
         action="store_true",
         help="only the range reads of a run fed nothing and asked no lookups",
@@ -549,6 +580,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     COMMIT_INTERVAL_MS["value"] = args.commit_interval_ms
     RANGES["value"] = args.ranges
+    RANGES["under_load"] = args.ranges_under_load
     started_load = os.getloadavg()[0]
     broker = Broker.start()
     spark = None
