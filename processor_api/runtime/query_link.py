@@ -37,6 +37,7 @@ import base64
 import hmac
 import itertools
 import json
+import math
 import queue
 import select
 import socket
@@ -49,14 +50,20 @@ from itertools import islice
 from json.encoder import encode_basestring
 from typing import Any
 
+from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.runtime import query_bounds
 from processor_api.runtime.job import parse_task_id
 from processor_api.runtime.query_bounds import InputOffsets
 from processor_api.schemas.registry_serdes import RegistryUnavailableError
 from processor_api.state.base import KeyValue
+from processor_api.state.batch_buffer import BatchBufferBytesStore
+from processor_api.state.caching import CachingBytesStore
+from processor_api.state.changelogging import ChangeLoggingBytesStore
 from processor_api.state.json_entries import entry_fields, json_default
-from processor_api.state.key_value import KeyValueIterator
+from processor_api.state.key_value import KeyValueIterator, KeyValueStore
+from processor_api.state.rocksdb import RocksDBBytesStore
+from processor_api.state.timestamped import TimestampedKeyValueStore
 from processor_api.state.windowed_types import (
     MAX_TIMESTAMP,
     ValueAndTimestamp,
@@ -342,6 +349,12 @@ class QueryLink:
         self._connection: _Connection | None = None
         self._closed = threading.Event()
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        # range pages whose iterators the loop opened, read and answered by a thread of
+        # their own (TaskStoreReader.defer)
+        self._page_jobs: queue.SimpleQueue[tuple[dict[str, Any], PageJob] | None] = (
+            queue.SimpleQueue()
+        )
+        self._pages_thread: threading.Thread | None = None
         self._log = get_logger("processor_api.query_link", host=host_name)
         self._thread = threading.Thread(target=self._run, name="query-link", daemon=True)
         self._thread.start()
@@ -500,8 +513,28 @@ class QueryLink:
         finally:
             self._send_lock.release()
 
+    def _read_page_later(self, message: dict[str, Any], job: PageJob) -> None:
+        """Hand a range page whose iterator the loop opened to the pages thread, which reads,
+        renders and answers it (started with the first)."""
+        with self._outbox_ready:
+            if self._pages_thread is None:
+                self._pages_thread = threading.Thread(
+                    target=self._read_pages, name="query-link-pages", daemon=True
+                )
+                self._pages_thread.start()
+        self._page_jobs.put((message, job))
+
+    def _read_pages(self) -> None:
+        while True:
+            item = self._page_jobs.get()
+            if item is None:
+                return
+            message, job = item
+            self.reply(message, *job())
+
     def close(self) -> None:
         """Stop dialing and drop the connection."""
+        self._page_jobs.put(None)
         self._closed.set()
         with self._outbox_ready:
             sock = self._sock
@@ -525,14 +558,16 @@ class QueryLink:
                 return served
             task = str(message.get("task"))
             store_reader = reader(task)
-            if store_reader is None:
-                status, body = (
-                    503,
-                    {"error": f"task {task} left this worker", "code": "unavailable"},
+            defer = getattr(store_reader, "defer", None)
+            job = None if defer is None else defer(message)
+            if job is not None:
+                self._read_page_later(message, job)
+            elif store_reader is None:
+                self.reply(
+                    message, 503, {"error": f"task {task} left this worker", "code": "unavailable"}
                 )
             else:
-                status, body = store_reader.answer(message)
-            self.reply(message, status, body)
+                self.reply(message, *store_reader.answer(message))
             served += 1
             if time.monotonic() >= deadline:
                 if not self.inbox.empty():
@@ -564,6 +599,68 @@ class TaskStoreReader:
         self._position = position
         self._input_offsets = input_offsets
         self._partition = parse_task_id(task_id)[1]
+
+    def defer(self, request: dict[str, Any]) -> PageJob | None:
+        """A range read of a store whose open iterator may be read on another thread: the
+        iterator opened now (on the loop thread: a snapshot of the store's view, the batch's
+        entries copied and a RocksDB iterator, which reads the DB as it was when opened),
+        and what reads, renders and answers its page later, on the link's pages thread,
+        without a time slice (the loop is not held). None: :meth:`answer` it on the loop."""
+        if request.get("kind") != "range":
+            return None
+        name = str(request.get("store"))
+        stack = self._stacks.get(name)
+        if stack is None:
+            return None
+        committed = bool(request.get("committed"))
+        input_position, refusal = query_bounds.check(
+            self.task_id, self._partition, self._input_offsets, request
+        )
+        if refusal is not None:
+            return None
+        store = self._committed_view(name) if committed else stack.store
+        if not ranges_off_loop(store):
+            return None
+        body: dict[str, Any] = {
+            "entries": [],
+            "more": False,
+            "last": None,
+            "position": self._position(name),
+            "consistency": "committed" if committed else "live",
+        }
+        query_bounds.with_position(body, input_position)
+        after = request.get("after")
+        try:
+            lo = decode_key(after if after is not None else request.get("from"), store)
+            entries = store.range(lo, decode_key(request.get("to"), store))
+            raw = entries.raw_entries()
+        except Exception:  # noqa: BLE001 - answer() names it, on the loop
+            return None
+        if raw is None:
+            entries.close()
+            return None
+        skip = None if after is None else base64.b64decode(after)
+        limit = max(1, int(request.get("limit") or 1))
+        tail = entry_tail(self.task_id, body)
+        where = f"store {name!r}, task {self.task_id}"
+
+        def read() -> tuple[int, dict[str, Any]]:
+            try:
+                texts, more, last = _raw_page(raw[0], raw[1], skip, limit, tail, None)
+            except StoreError as exc:  # closed meanwhile: the task left or is rebuilt
+                return 503, {"error": f"{where}: {exc}", "code": "unavailable"}
+            except RegistryUnavailableError as exc:
+                return 503, {"error": f"{where}: {exc}", "code": "registry_unavailable"}
+            except Exception as exc:  # noqa: BLE001 - a serde or store error, named
+                return 400, {"error": f"{where}: {type(exc).__name__}: {exc}",
+                             "code": "bad_request"}  # fmt: skip
+            finally:
+                entries.close()
+            body["entries"] = RenderedEntries(", ".join(texts).encode(), len(texts))
+            body["more"], body["last"] = more, _encode(last) if more and last else None
+            return 200, body
+
+        return read
 
     def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) for one read request."""
@@ -637,11 +734,19 @@ def _range_page(
 
 
 def _raw_page(
-    store: Any, pairs: Iterator[tuple[bytes, bytes]], skip: bytes | None, limit: int, tail: str
+    store: Any,
+    pairs: Iterator[tuple[bytes, bytes]],
+    skip: bytes | None,
+    limit: int,
+    tail: str,
+    slice_s: float | None = -1.0,
 ) -> tuple[list[str], bool, bytes | None]:
     """As :func:`_page`, over raw ``(key, value)`` bytes deserialized with ``store``'s
-    serdes and rendered (:func:`render_entries`) batch by batch; and the last key's bytes."""
-    deadline = time.monotonic() + SLICE_S
+    serdes and rendered (:func:`render_entries`) batch by batch; and the last key's bytes.
+    ``slice_s``: the time slice (-1: ``SLICE_S``; None: none, ``limit`` entries)."""
+    if slice_s is not None and slice_s < 0:
+        slice_s = SLICE_S
+    deadline = math.inf if slice_s is None else time.monotonic() + slice_s
     key_of, value_of = store.key_serde.deserialize, store.value_serde.deserialize
     texts: list[str] = []
     last = None
@@ -663,6 +768,28 @@ def _raw_page(
         if time.monotonic() >= deadline:
             break
     return texts, next(iterator, None) is not None, last
+
+
+#: Reads, renders and answers a range page off the loop (:meth:`TaskStoreReader.defer`).
+PageJob = Callable[[], tuple[int, dict[str, Any]]]
+
+_RANGE_FACADES = (KeyValueStore, TimestampedKeyValueStore)
+_RANGE_LAYERS = (CachingBytesStore, ChangeLoggingBytesStore, BatchBufferBytesStore)
+
+
+def ranges_off_loop(store: Any) -> bool:
+    """Whether an open range iterator of ``store`` may be read on another thread than the
+    task's loop: a plain or timestamped key-value facade over only write-back caches,
+    change logging and batch buffers (each copies its entries of the range when the
+    iterator opens) over RocksDB (whose iterator reads the DB as it was when opened, while
+    the loop writes on, and after the store closes raises ``StoreError``). No TTL layer, no
+    in-memory store (its iterators share its data with the loop's writes)."""
+    if type(store) not in _RANGE_FACADES:
+        return False
+    layer = store.bytes_store
+    while type(layer) in _RANGE_LAYERS:
+        layer = layer.inner
+    return type(layer) is RocksDBBytesStore
 
 
 def _encode(data: bytes) -> str:

@@ -5,6 +5,7 @@ for every kind of key and value, through real sockets and a real RocksDB store."
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import math
@@ -141,14 +142,18 @@ def test_a_frame_with_text_after_its_json_that_counts_no_entries_is_refused():
 TASKS = ("0_0", "0_1")
 
 
-@pytest.fixture
-def served(tmp_path):
-    """Two tasks' count stores (RocksDB, in the runtime's batch buffer, some writes not
-    committed yet), each host's link answering on a loop thread, the driver's router and
-    HTTP server."""
-    builder = Stores.key_value_store_builder(
-        Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+@pytest.fixture(params=["rocksdb", "in-memory"])
+def served(request, tmp_path):
+    """Two tasks' count stores (in the runtime's batch buffer, some writes not committed
+    yet), each host's link answering on a loop thread, the driver's router and HTTP server.
+    RocksDB: pages read off the loop (``TaskStoreReader.defer``); in memory: on the loop,
+    in time slices."""
+    supplier = (
+        Stores.persistent_key_value_store("counts")
+        if request.param == "rocksdb"
+        else Stores.in_memory_key_value_store("counts")
     )
+    builder = Stores.key_value_store_builder(supplier, Serdes.string(), Serdes.long())
     stacks, readers = [], {}
     for index, task in enumerate(TASKS):
         directory = tmp_path / task
@@ -238,3 +243,87 @@ def test_a_range_with_bounds_across_the_slices_of_the_loop(served, monkeypatch):
         {"from": "key-00010", "to": "key-02000", "limit": "10000", "page": answer["next"]},
     )
     assert rest == {"entries": in_range[1000:], "next": None}
+
+
+# ------------------------------------------------------------ pages read off the loop
+@pytest.fixture
+def counts(tmp_path):
+    """One task's count store as the runtime builds it (change-logged, in the batch buffer
+    over RocksDB), 1,000 keys committed, and its reader."""
+    builder = Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+    )
+    buffer = BatchBufferBytesStore(builder.supplier.get(tmp_path))
+    stack = builder.build(tmp_path, inner=buffer)
+    for i in range(1000):
+        stack.store.put(f"key-{i:05d}", i)
+    stack.changelog.drain_changes()
+    buffer.commit()
+    reader = TaskStoreReader("0_0", {"counts": stack}, lambda name: stack.store, lambda n: 1)
+    yield stack, buffer, reader
+    stack.close()
+
+
+def _all(limit: int = 10_000) -> dict:
+    return {"store": "counts", "kind": "range", "limit": limit, "id": 1, "task": "0_0"}
+
+
+def test_a_page_read_off_the_loop_is_the_store_as_it_was_when_the_loop_opened_it(counts):
+    stack, buffer, reader = counts
+    stack.store.put("key-00001", -1)  # in the batch, not committed
+    job = reader.defer(_all())
+    assert job is not None
+    # the loop goes on meanwhile: writes, a commit, more writes
+    stack.store.put("key-00002", -2)
+    stack.store.delete("key-00003")
+    stack.changelog.drain_changes()
+    buffer.commit()
+    stack.store.put("key-00004", -4)
+    status, body = job()
+    assert status == 200
+    entries = body["entries"].parsed()
+    assert [e["key"] for e in entries] == [f"key-{i:05d}" for i in range(1000)]
+    assert [e["value"] for e in entries[:5]] == [0, -1, 2, 3, 4]
+    assert (body["more"], body["last"]) == (False, None)
+
+
+def test_a_page_off_the_loop_of_a_store_closed_meanwhile_answers_503_not_a_short_page(counts):
+    stack, _, reader = counts
+    job = reader.defer(_all())
+    assert job is not None
+    stack.close()  # the task left the worker before the page was read
+    status, body = job()
+    assert (status, body["code"]) == (503, "unavailable")
+    assert "store 'counts', task 0_0" in body["error"]
+
+
+def test_a_page_off_the_loop_stops_at_its_limit_and_says_where(counts):
+    _, _, reader = counts
+    job = reader.defer(_all(limit=300))
+    assert job is not None
+    status, body = job()
+    assert (status, body["entries"].count, body["more"]) == (200, 300, True)
+    assert base64.b64decode(body["last"]) == b"key-00299"
+
+
+def test_only_stores_whose_iterators_are_snapshots_are_read_off_the_loop(counts, tmp_path):
+    _, _, reader = counts
+    assert reader.defer({**_all(), "kind": "key", "key": "a2V5"}) is None  # not a range
+    assert reader.defer({**_all(), "store": "nope"}) is None  # answer() names it
+    for builder in (
+        Stores.key_value_store_builder(
+            Stores.in_memory_key_value_store("mem"), Serdes.string(), Serdes.long()
+        ),
+        Stores.key_value_store_builder(
+            Stores.persistent_key_value_store("ttl"), Serdes.string(), Serdes.long()
+        ).with_ttl(60_000),
+    ):
+        directory = tmp_path / builder.name
+        stack = builder.build(
+            directory, inner=BatchBufferBytesStore(builder.supplier.get(directory))
+        )
+        try:
+            other = TaskStoreReader("0_0", {"s": stack}, lambda name, s=stack: s.store, lambda n: 1)
+            assert other.defer({**_all(), "store": "s"}) is None
+        finally:
+            stack.close()
