@@ -621,14 +621,7 @@ class TaskStoreReader:
         store = self._committed_view(name) if committed else stack.store
         if not ranges_off_loop(store):
             return None
-        body: dict[str, Any] = {
-            "entries": [],
-            "more": False,
-            "last": None,
-            "position": self._position(name),
-            "consistency": "committed" if committed else "live",
-        }
-        query_bounds.with_position(body, input_position)
+        body = self._body(name, committed, input_position)
         after = request.get("after")
         try:
             lo = decode_key(after if after is not None else request.get("from"), store)
@@ -649,11 +642,8 @@ class TaskStoreReader:
                 texts, more, last = _raw_page(raw[0], raw[1], skip, limit, tail, None)
             except StoreError as exc:  # closed meanwhile: the task left or is rebuilt
                 return 503, {"error": f"{where}: {exc}", "code": "unavailable"}
-            except RegistryUnavailableError as exc:
-                return 503, {"error": f"{where}: {exc}", "code": "registry_unavailable"}
-            except Exception as exc:  # noqa: BLE001 - a serde or store error, named
-                return 400, {"error": f"{where}: {type(exc).__name__}: {exc}",
-                             "code": "bad_request"}  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - named in the answer
+                return _failure(where, exc)
             finally:
                 entries.close()
             body["entries"] = RenderedEntries(", ".join(texts).encode(), len(texts))
@@ -661,6 +651,18 @@ class TaskStoreReader:
             return 200, body
 
         return read
+
+    def _body(self, name: str, committed: bool, input_position: Any) -> dict[str, Any]:
+        """An answer's body without its entries: where the read stands (position,
+        consistency, the input position a bound was checked against)."""
+        body: dict[str, Any] = {
+            "entries": [],
+            "more": False,
+            "last": None,
+            "position": self._position(name),
+            "consistency": "committed" if committed else "live",
+        }
+        return query_bounds.with_position(body, input_position)
 
     def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) for one read request."""
@@ -676,14 +678,7 @@ class TaskStoreReader:
         if refusal is not None:
             return refusal
         store = self._committed_view(name) if committed else stack.store
-        body: dict[str, Any] = {
-            "entries": [],
-            "more": False,
-            "last": None,
-            "position": self._position(name),
-            "consistency": "committed" if committed else "live",
-        }
-        query_bounds.with_position(body, input_position)
+        body = self._body(name, committed, input_position)
         try:
             if request.get("kind") == "range":
                 entries, more, last = _range_page(store, request, entry_tail(self.task_id, body))
@@ -696,12 +691,8 @@ class TaskStoreReader:
                     last_key = found[-1].key
                     body["last"] = _encode(store.key_serde.serialize(_plain_key(last_key)))
                 body["more"] = more
-        except RegistryUnavailableError as exc:  # the data may be right: ask again later
-            return 503, {"error": f"store {name!r}, task {self.task_id}: {exc}",
-                         "code": "registry_unavailable"}  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a serde or store error, named in the answer
-            return 400, {"error": f"store {name!r}, task {self.task_id}: "
-                                  f"{type(exc).__name__}: {exc}", "code": "bad_request"}  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - named in the answer
+            return _failure(f"store {name!r}, task {self.task_id}", exc)
         return 200, body
 
 
@@ -768,6 +759,14 @@ def _raw_page(
         if time.monotonic() >= deadline:
             break
     return texts, next(iterator, None) is not None, last
+
+
+def _failure(where: str, exc: Exception) -> tuple[int, dict[str, Any]]:
+    """The answer to a read that failed: 503 when the store's registry does not answer (the
+    data may be right: ask again later), else 400 naming the serde's or store's error."""
+    if isinstance(exc, RegistryUnavailableError):
+        return 503, {"error": f"{where}: {exc}", "code": "registry_unavailable"}
+    return 400, {"error": f"{where}: {type(exc).__name__}: {exc}", "code": "bad_request"}
 
 
 #: Reads, renders and answers a range page off the loop (:meth:`TaskStoreReader.defer`).
