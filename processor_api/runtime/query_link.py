@@ -80,6 +80,9 @@ REDIAL_S = 1.0
 #: The longest a sender waits for its peer to take one frame (seconds): a peer that stopped
 #: reading loses the connection instead of holding the sender.
 SEND_DEADLINE_S = 2.0
+#: A page read off the loop ends once its rendered entries pass this many characters (its
+#: time is not bounded there, its frame is: the sender has SEND_DEADLINE_S for it).
+MAX_PAGE_CHARS = 4 * 1024 * 1024
 #: Replies waiting for the link's sender at most; one more is dropped.
 OUTBOX_REPLIES = 64
 _FRAME = struct.Struct(">I")
@@ -734,7 +737,8 @@ def _raw_page(
 ) -> tuple[list[str], bool, bytes | None]:
     """As :func:`_page`, over raw ``(key, value)`` bytes deserialized with ``store``'s
     serdes and rendered (:func:`render_entries`) batch by batch; and the last key's bytes.
-    ``slice_s``: the time slice (-1: ``SLICE_S``; None: none, ``limit`` entries)."""
+    ``slice_s``: the time slice (-1: ``SLICE_S``; None: none, ``limit`` entries or
+    :data:`MAX_PAGE_CHARS` of text, whichever comes first)."""
     if slice_s is not None and slice_s < 0:
         slice_s = SLICE_S
     deadline = math.inf if slice_s is None else time.monotonic() + slice_s
@@ -748,15 +752,18 @@ def _raw_page(
             return texts, False, None
         if first[0] != skip:
             iterator = itertools.chain((first,), iterator)
+    chars = 0
     while len(texts) < limit:
         want = min(64, limit - len(texts))
         batch = list(islice(iterator, want))
         if batch:
-            texts.extend(render_entries([(key_of(k), value_of(v)) for k, v in batch], tail))
+            rendered = render_entries([(key_of(k), value_of(v)) for k, v in batch], tail)
+            texts.extend(rendered)
+            chars += sum(map(len, rendered))
             last = batch[-1][0]
         if len(batch) < want:
             return texts, False, last  # the store ran out
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or chars >= MAX_PAGE_CHARS:
             break
     return texts, next(iterator, None) is not None, last
 

@@ -327,3 +327,27 @@ def test_only_stores_whose_iterators_are_snapshots_are_read_off_the_loop(counts,
             assert other.defer({**_all(), "store": "s"}) is None
         finally:
             stack.close()
+
+
+def test_a_page_off_the_loop_ends_at_its_size_bound_and_the_next_resumes_after_it(
+    counts, monkeypatch
+):
+    from processor_api.runtime import query_link
+
+    monkeypatch.setattr(query_link, "MAX_PAGE_CHARS", 20_000)  # about 150 entries here
+    _, _, reader = counts
+    keys, sizes, after = [], [], None
+    while True:
+        job = reader.defer({**_all(), "after": after})
+        assert job is not None
+        status, body = job()
+        assert status == 200
+        keys.extend(e["key"] for e in body["entries"].parsed())
+        sizes.append(len(body["entries"].data))
+        if not body["more"]:
+            break
+        after = body["last"]
+    assert keys == [f"key-{i:05d}" for i in range(1000)]
+    # cut after the batch (64 entries) that passed the bound, so several pages
+    assert len(sizes) > 3
+    assert max(sizes) < 20_000 + 64 * 200
