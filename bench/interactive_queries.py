@@ -16,7 +16,10 @@ count per key (``topologies/count_per_key.py``, 2 partitions, RocksDB, 10,000 ke
   once the tasks answer (the 503s of their start are counted apart); and the run's lag at the
   end (whether it kept up);
 * **range**: then, the run still going, ``/stores/counts/all?limit=10000`` (every key) 20
-  times.
+  times (``--ranges``);
+* **quiet range** (``--range-only``): the same range reads of a continuous run that is fed
+  nothing and asked no lookups (once its 10,000 keys are counted), so the range's own cost
+  shows apart from the cores the feeding and the lookups take.
 
 The load runs in a process of its own (``multiprocessing`` spawn), so its requests do not
 compete with the driver's HTTP server for one interpreter's lock.
@@ -145,15 +148,29 @@ def load_process(
     seconds: float,
     stop: Any,
     results: Any,
+    ranges: int = 20,
+    under_load: bool = False,
 ) -> None:
     """Another process's load: lookups, and with a topic records at ``rate``/s for
-    ``seconds`` then the range reads; without one, lookups until ``stop`` is set. Puts a
-    dict on ``results``."""
+    ``seconds`` then ``ranges`` range reads; without one, lookups until ``stop`` is set.
+    ``under_load``: the range reads are also made from halfway through the feeding, while
+    records and lookups go on. Puts a dict on ``results``."""
     out: dict[str, Any] = {}
+    reader = None
+    if under_load and topic is not None:
+        began = time.monotonic()
+
+        def read_under_load() -> None:
+            time.sleep(seconds / 2)
+            out["ranges_under_load"], _ = range_reads(url, ranges)
+            out["ranges_under_load_end_s"] = round(time.monotonic() - began, 1)
+
+        reader = threading.Thread(target=read_under_load)
+        reader.start()
     cpu_started = os.times()
     askers = [
         threading.Thread(target=_lookups, args=(url, lookups_per_s / ASKERS, stop, out, seed))
-        for seed in range(ASKERS)
+        for seed in range(ASKERS if lookups_per_s else 0)
     ]
     for asker in askers:
         asker.start()
@@ -174,6 +191,8 @@ def load_process(
             delay = started + produced / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+        if reader is not None:
+            reader.join()  # past the feeding's end only if the reads are slow (said above)
         producer.flush(60)
         stop.set()
     else:
@@ -186,15 +205,33 @@ def load_process(
     )
     out["produced"] = produced
     if topic is not None:
-        ranges = []
-        for _ in range(20):
-            started = time.perf_counter()
-            with urllib.request.urlopen(f"{url}/stores/counts/all?limit=10000", timeout=30) as a:
-                body = json.loads(a.read())
-            ranges.append(((time.perf_counter() - started) * 1000, len(body["entries"])))
-        out["ranges"] = ranges
+        cpu_started = os.times()
+        out["ranges"], body = range_reads(url, ranges)
+        cpu_ended = os.times()
+        out["range_client_cpu_s"] = (cpu_ended.user + cpu_ended.system) - (
+            cpu_started.user + cpu_started.system
+        )
         out["counted"] = sum(e["value"] for e in body["entries"])
     results.put(out)
+
+
+#: How many range reads a latency or quiet phase times (``--ranges``), and whether the
+#: latency phase also times them while it feeds and asks lookups (``--ranges-under-load``).
+RANGES: dict[str, Any] = {"value": 20, "under_load": False}
+
+
+def range_reads(url: str, count: int) -> tuple[list[tuple[float, int]], dict[str, Any]]:
+    """``count`` reads of ``/stores/counts/all?limit=10000``, each on a new connection (as
+    a client without a kept-alive connection asks): (ms from request to parsed answer,
+    entries) of each, and the last answer."""
+    ranges = []
+    body: dict[str, Any] = {}
+    for _ in range(count):
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"{url}/stores/counts/all?limit=10000", timeout=30) as a:
+            body = json.loads(a.read())
+        ranges.append(((time.perf_counter() - started) * 1000, len(body["entries"])))
+    return ranges, body
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -280,7 +317,11 @@ def cpu_delta(
 def _spawn(*args: Any) -> tuple[Any, Any, Any]:
     context = multiprocessing.get_context("spawn")
     results, stop = context.Queue(), context.Event()
-    process = context.Process(target=load_process, args=(*args, stop, results))
+    process = context.Process(
+        target=load_process,
+        args=(*args, stop, results),
+        kwargs={"ranges": RANGES["value"], "under_load": RANGES["under_load"]},
+    )
     process.start()
     return process, stop, results
 
@@ -445,15 +486,71 @@ def latency_run(
             "p99": round(_percentile(latencies, 0.99) or 0, 2),
             "max": round(max(latencies), 2),
         },
-        "range_10000": {
-            "entries": sorted({n for _, n in ranges}),
-            "median_ms": round(statistics.median(ms for ms, _ in ranges), 1),
-            "p99_ms": round(_percentile([ms for ms, _ in ranges], 0.99) or 0, 1),
-        },
+        "range_10000": _range_summary(ranges),
+        "range_10000_under_load": (
+            _range_summary(out["ranges_under_load"]) if "ranges_under_load" in out else None
+        ),
+        # when the reads under load ended, from the load's start (the feeding: ``seconds``)
+        "ranges_under_load_end_s": out.get("ranges_under_load_end_s"),
         "load_average": [load_avg_start, load_avg_end],
         # every process over the phase (feeding, lookups and the ranges; the load process's
         # own figure is its lookups' and its producer's)
         "cpu": cpu_delta(before, after, len(latencies)),
+    }
+
+
+def _range_summary(ranges: list[tuple[float, int]]) -> dict[str, Any]:
+    times = [ms for ms, _ in ranges]
+    return {
+        "reads": len(ranges),
+        "entries": sorted({n for _, n in ranges}),
+        "median_ms": round(statistics.median(times), 1),
+        "p99_ms": round(_percentile(times, 0.99) or 0, 1),
+        "min_ms": round(min(times), 1),
+        "max_ms": round(max(times), 1),
+    }
+
+
+def quiet_range_run(spark: Any, bootstrap: str, topic: str) -> dict[str, Any]:
+    """The range reads of a continuous run fed nothing and asked nothing else, once every
+    key is counted; from another process, as in :func:`latency_run`."""
+    runner = _runner(spark, bootstrap, topic, available_now=False)
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    try:
+        url = _wait_for_answers(runner)
+        deadline = time.monotonic() + 120
+        while True:
+            try:  # 503: a task not started yet (only one task's key was waited for)
+                if len(range_reads(url, 1)[1].get("entries", ())) >= KEYS:
+                    break
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run did not count its {KEYS} keys within 120 s")
+            time.sleep(0.2)
+        time.sleep(2.0)  # the first commit after the keys settles
+        load_avg_start = os.getloadavg()[0]
+        before = cpu_snapshot()
+        process, _, results = _spawn(url, 0.0, bootstrap, topic, 0, 0)
+        out = results.get(timeout=600)
+        after = cpu_snapshot()
+        process.join()
+        load_avg_end = os.getloadavg()[0]
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    cpu = cpu_delta(before, after, 0)
+    reads = len(out["ranges"])
+    # every process over the reads, per read (the load process: the reads' client, measured
+    # by itself; its start is left out)
+    per_read = {role: round(ms / reads, 1) for role, ms in cpu["cpu_ms"].items() if role != "load"}
+    per_read["client"] = round(out["range_client_cpu_s"] * 1000 / reads, 1)
+    return {
+        "range_10000": _range_summary(out["ranges"]),
+        "load_average": [load_avg_start, load_avg_end],
+        "cpu_ms_per_read": per_read,
     }
 
 
@@ -470,6 +567,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--latency-only", action="store_true", help="skip the cost runs")
+    parser.add_argument("--ranges", type=int, default=20, help="range reads per phase")
+    parser.add_argument(
+        "--ranges-under-load",
+        action="store_true",
+        help="the latency phase also reads its ranges from halfway through the feeding",
+    )
+    parser.add_argument(
+        "--range-only",
+        action="store_true",
+        help="only the range reads of a run fed nothing and asked no lookups",
+    )
     parser.add_argument(
         "--cpu-only",
         action="store_true",
@@ -477,6 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     COMMIT_INTERVAL_MS["value"] = args.commit_interval_ms
+    RANGES["value"] = args.ranges
+    RANGES["under_load"] = args.ranges_under_load
     started_load = os.getloadavg()[0]
     broker = Broker.start()
     spark = None
@@ -490,8 +600,8 @@ def main(argv: list[str] | None = None) -> None:
             PARTITIONS,
         )
         runs = []
-        latency = cpu = None
-        if args.cpu_only:
+        latency = cpu = quiet = None
+        if args.cpu_only or args.range_only:
             args.latency_only = True
         if not args.latency_only:
             cost_run(spark, broker.bootstrap, backlog, args.records, 0)  # warm-up
@@ -506,6 +616,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.cpu_only:
             cpu = cpu_run(spark, broker.bootstrap, live, args.lookups, args.seconds)
             log(f"cpu: {cpu}")
+        elif args.range_only:
+            quiet = quiet_range_run(spark, broker.bootstrap, live)
+            log(f"quiet range: {quiet}")
         else:
             latency = latency_run(
                 spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds
@@ -521,7 +634,15 @@ def main(argv: list[str] | None = None) -> None:
         with_ = statistics.median(r["records_per_s"] for r in runs if r["lookups_per_s"])
     name = os.environ.get("BENCH_RESULT_NAME") or (
         "interactive-queries"
-        + ("-cpu" if args.cpu_only else "-latency" if args.latency_only else "")
+        + (
+            "-cpu"
+            if args.cpu_only
+            else "-range"
+            if args.range_only
+            else "-latency"
+            if args.latency_only
+            else ""
+        )
     )
     write_result(
         name,
@@ -542,6 +663,7 @@ def main(argv: list[str] | None = None) -> None:
             },
             "latency": latency,
             "cpu_per_lookup": cpu,
+            "quiet_range": quiet,
         },
     )
 

@@ -45,6 +45,7 @@ from processor_api.query.errors import (
 from processor_api.query.position import PARAMETER, PositionBound
 from processor_api.query.router import HostRouter
 from processor_api.query.routing import StoreRoute, StoreRoutes, encode_key
+from processor_api.runtime.query_link import RenderedEntries, entry_tail, render_entry
 from processor_api.state.json_entries import json_default
 from processor_api.state.selection import (
     KEY_VALUE_KINDS,
@@ -60,15 +61,31 @@ DEFAULT_PAGE = 1_000
 _log = get_logger("processor_api.query_server")
 
 
+class EncodedJSON:
+    """An answer's JSON body, already encoded (UTF-8) as ``json.dumps`` would write it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class QueryEndpoint:
-    """Answers the endpoint's reads (without HTTP: the server's handler calls :meth:`get`)."""
+    """Answers the endpoint's reads (without HTTP: the server's handler calls :meth:`answer`)."""
 
     def __init__(self, routes: StoreRoutes, router: HostRouter) -> None:
         self.routes = routes
         self.router = router
 
     def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
-        """The JSON answer to ``GET path?params``; raises a :class:`QueryError`."""
+        """The JSON answer to ``GET path?params`` as Python objects; raises a
+        :class:`QueryError`."""
+        answer = self.answer(path, params)
+        return json.loads(answer.data) if isinstance(answer, EncodedJSON) else answer
+
+    def answer(self, path: str, params: dict[str, str]) -> dict[str, Any] | EncodedJSON:
+        """The JSON answer to ``GET path?params``, as Python objects or (a range's page)
+        already encoded; raises a :class:`QueryError`."""
         parts = [unquote(p) for p in path.split("/")[1:]]
         if parts == ["stores"]:
             return {"stores": self.routes.describe()}
@@ -128,7 +145,7 @@ class QueryEndpoint:
         params: dict[str, str],
         committed: bool,
         bound: PositionBound | None,
-    ) -> dict[str, Any]:
+    ) -> EncodedJSON:
         if route.kind not in KEY_VALUE_KINDS:
             raise BadQueryError(
                 f"store {route.name!r} is a {route.kind} store: range and all read key-value "
@@ -142,7 +159,10 @@ class QueryEndpoint:
             for side in ("from", "to")
         }
         index, after = _page_token(params.get("page"), len(route.tasks))
-        entries: list[dict[str, Any]] = []
+        # the hosts render their pages' entries as this answer writes them (task, position
+        # and consistency included): they are joined here, not decoded and encoded again
+        pages: list[bytes] = []
+        count = 0
         next_token = None
         while index < len(route.tasks):
             task = route.tasks[index]
@@ -154,22 +174,35 @@ class QueryEndpoint:
                     **bounds,
                     "after": after,
                     "committed": committed,
-                    "limit": limit - len(entries),
+                    "limit": limit - count,
                 },  # fmt: skip
                 bound,
             )
-            entries.extend(_entry(e, task, answer) for e in answer["entries"])
+            entries = _rendered(answer, task)
+            if entries.count:
+                pages.append(entries.data)
+                count += entries.count
             if answer["more"]:
                 after = answer["last"]
-                if len(entries) >= limit:
+                if count >= limit:
                     next_token = _token(index, after)
                     break
                 continue  # the worker's time slice ended: the rest of this task
             index, after = index + 1, None
-            if len(entries) >= limit:
+            if count >= limit:
                 next_token = _token(index, None) if index < len(route.tasks) else None
                 break
-        return {"entries": entries, "next": next_token}
+        return EncodedJSON(
+            b"".join(
+                (
+                    b'{"entries": [',
+                    b", ".join(pages),
+                    b'], "next": ',
+                    json.dumps(next_token).encode(),
+                    b"}",
+                )
+            )  # fmt: skip
+        )
 
     # ---------------------------------------------------------------- fetch
     def _fetch(
@@ -218,6 +251,17 @@ class QueryEndpoint:
             return body
         error = str(body.get("error") or f"task {task} answered {status}")
         raise ERRORS_BY_CODE.get(str(body.get("code")), BadQueryError)(error, 1)
+
+
+def _rendered(answer: dict[str, Any], task: str) -> RenderedEntries:
+    """A range page's entries as the answer writes them: as the host rendered them, or (a
+    host that sent them as objects) rendered here the same way."""
+    entries = answer.get("entries") or []
+    if isinstance(entries, RenderedEntries):
+        return entries
+    tail = entry_tail(task, answer)
+    texts = [render_entry(fields, tail) for fields in entries]
+    return RenderedEntries(", ".join(texts).encode(), len(texts))
 
 
 def _entry(fields: dict[str, Any], task: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -359,6 +403,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 if request is None:
                     return  # closed between requests
                 method, target, headers, keep_alive, buffer = request
+                body: dict[str, Any] | EncodedJSON
                 if method == "GET":
                     status, body, extra = self._get(target, headers)
                 else:
@@ -372,12 +417,12 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _get(
         self, target: str, headers: dict[str, str]
-    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    ) -> tuple[int, dict[str, Any] | EncodedJSON, dict[str, str]]:
         url = urlsplit(target)
         try:
             self._authorize(headers)
             params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-            return 200, self.endpoint.get(url.path.rstrip("/") or "/", params), {}
+            return 200, self.endpoint.answer(url.path.rstrip("/") or "/", params), {}
         except QueryError as exc:
             extra = {}
             if exc.status == 503:
@@ -447,9 +492,14 @@ def _read_request(
     return method, target, headers, keep_alive, buffer
 
 
-def _answer(status: int, body: dict[str, Any], headers: dict[str, str], keep_alive: bool) -> bytes:
+def _answer(
+    status: int, body: dict[str, Any] | EncodedJSON, headers: dict[str, str], keep_alive: bool
+) -> bytes:
     """An HTTP/1.1 answer with a JSON body, as one piece (one send)."""
-    data = json.dumps(body, default=json_default, ensure_ascii=False).encode()
+    if isinstance(body, EncodedJSON):
+        data = body.data
+    else:
+        data = json.dumps(body, default=json_default, ensure_ascii=False).encode()
     lines = [
         f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
         "Content-Type: application/json",

@@ -23,14 +23,21 @@ by another), logged once as ``query_router_lost``, and the link dials again.
 
 Frames are a 4-byte big-endian length and a JSON object. Keys travel serialized (base64) in
 the store's own key serde; entries come back rendered as ``read-store`` renders them
-(:func:`processor_api.state.json_entries.entry_fields`, bytes as base64).
+(:func:`processor_api.state.json_entries.entry_fields`, bytes as base64). A range's page
+comes back already rendered as the entries of the HTTP answer (:class:`RenderedEntries`:
+each entry's JSON object with its task, position and consistency, as the driver would have
+written it), carried after the frame's JSON and a newline (JSON as ``json.dumps`` writes it
+holds no raw newline), so that neither the frame's JSON nor the driver decodes and encodes
+every entry again: the driver joins the pages' text into its answer.
 """
 
 from __future__ import annotations
 
 import base64
 import hmac
+import itertools
 import json
+import math
 import queue
 import select
 import socket
@@ -40,16 +47,29 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
+from json.encoder import encode_basestring
 from typing import Any
 
+from processor_api.errors import StoreError
 from processor_api.logging import get_logger
 from processor_api.runtime import query_bounds
 from processor_api.runtime.job import parse_task_id
 from processor_api.runtime.query_bounds import InputOffsets
 from processor_api.schemas.registry_serdes import RegistryUnavailableError
 from processor_api.state.base import KeyValue
+from processor_api.state.batch_buffer import BatchBufferBytesStore
+from processor_api.state.caching import CachingBytesStore
+from processor_api.state.changelogging import ChangeLoggingBytesStore
 from processor_api.state.json_entries import entry_fields, json_default
-from processor_api.state.windowed_types import MAX_TIMESTAMP, Windowed
+from processor_api.state.key_value import KeyValueIterator, KeyValueStore
+from processor_api.state.rocksdb import RocksDBBytesStore
+from processor_api.state.timestamped import TimestampedKeyValueStore
+from processor_api.state.windowed_types import (
+    MAX_TIMESTAMP,
+    ValueAndTimestamp,
+    VersionedRecord,
+    Windowed,
+)
 
 #: The longest one read holds the loop thread (seconds); a read cut short says so.
 SLICE_S = 0.005
@@ -60,6 +80,9 @@ REDIAL_S = 1.0
 #: The longest a sender waits for its peer to take one frame (seconds): a peer that stopped
 #: reading loses the connection instead of holding the sender.
 SEND_DEADLINE_S = 2.0
+#: A page read off the loop ends once its rendered entries pass this many characters (its
+#: time is not bounded there, its frame is: the sender has SEND_DEADLINE_S for it).
+MAX_PAGE_CHARS = 4 * 1024 * 1024
 #: Replies waiting for the link's sender at most; one more is dropped.
 OUTBOX_REPLIES = 64
 _FRAME = struct.Struct(">I")
@@ -162,19 +185,104 @@ class FrameReader:
 
 
 def _decode(data: bytes) -> dict[str, Any]:
+    head, newline, attachment = data.partition(b"\n")
     try:
-        message = json.loads(data)
+        message = json.loads(head)
     except ValueError as exc:
         raise FrameError(f"a frame that is not JSON: {exc}") from None
     if not isinstance(message, dict):
         raise FrameError(f"a frame that is not a JSON object: {type(message).__name__}")
+    if newline:
+        body = message.get("body")
+        count = body.pop(_RENDERED, None) if isinstance(body, dict) else None
+        if not isinstance(body, dict) or not isinstance(count, int):
+            raise FrameError("a frame with entries after its JSON that does not count them")
+        body["entries"] = RenderedEntries(attachment, count)
     return message
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    """``message`` as one frame (its length, then its JSON)."""
-    data = json.dumps(message, default=json_default, ensure_ascii=False).encode()
+    """``message`` as one frame (its length, then its JSON); a reply whose body's
+    ``entries`` are :class:`RenderedEntries` carries their text after the JSON."""
+    body = message.get("body")
+    rendered = body.get("entries") if isinstance(body, dict) else None
+    if isinstance(rendered, RenderedEntries):
+        body = {**body, "entries": None, _RENDERED: rendered.count}  # type: ignore[dict-item]
+        head = json.dumps({**message, "body": body}, default=json_default, ensure_ascii=False)
+        data = b"".join((head.encode(), b"\n", rendered.data))
+    else:
+        data = json.dumps(message, default=json_default, ensure_ascii=False).encode()
     return _FRAME.pack(len(data)) + data
+
+
+#: The field of a reply's body that counts the rendered entries after the frame's JSON.
+_RENDERED = "rendered_entries"
+
+
+class RenderedEntries:
+    """A page's entries as the HTTP answer writes them: ``data`` is their JSON objects
+    (UTF-8) joined by ``", "``, as ``json.dumps`` (``ensure_ascii=False``, bytes as base64)
+    writes the items of a list; ``count`` how many there are."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data = data
+        self.count = count
+
+    def parsed(self) -> list[dict[str, Any]]:
+        """The entries as Python objects (for tests and in-process callers)."""
+        return list(json.loads(b"[" + self.data + b"]"))
+
+    def __repr__(self) -> str:
+        return f"RenderedEntries({self.count} entries, {len(self.data)} bytes)"
+
+
+_ENCODE = json.JSONEncoder(default=json_default, ensure_ascii=False).encode
+#: Types whose JSON is made without the encoder's dispatch (as ``json.dumps`` makes it).
+_FAST_JSON: dict[type, Callable[[Any], str]] = {str: encode_basestring, int: int.__repr__}
+
+
+def entry_tail(task: str, body: dict[str, Any]) -> str:
+    """What follows an entry's own fields in the HTTP answer: the task that answered and
+    the ``position``, ``input_position`` and ``consistency`` of its page (the driver's
+    ``query.server._entry``), from ``", "`` to the closing brace."""
+    fields = {"task": task, "position": body.get("position"),
+              "input_position": body.get("input_position"),
+              "consistency": body.get("consistency")}  # fmt: skip
+    return ", " + _ENCODE(fields)[1:]
+
+
+def render_entry(fields: dict[str, Any], tail: str) -> str:
+    """One entry (its fields, as :func:`entry_fields` gives them) as the HTTP answer writes
+    it, ``tail`` (:func:`entry_tail`) after its fields."""
+    return _ENCODE(fields)[:-1] + tail
+
+
+def render_entries(entries: Iterable[tuple[Any, Any]], tail: str) -> list[str]:
+    """Each entry as :func:`render_entry` writes it (the same text), made without a dict
+    per entry for a plain key and a plain or timestamped value."""
+    fast = _FAST_JSON
+    encode = _ENCODE
+    texts = []
+    for key, value in entries:
+        if isinstance(key, Windowed):
+            texts.append(render_entry(entry_fields(KeyValue(key, value)), tail))
+            continue
+        key_json = (fast.get(type(key)) or encode)(key)
+        if isinstance(value, ValueAndTimestamp):
+            inner, stamp = value.value, value.timestamp
+            value_json = (fast.get(type(inner)) or encode)(inner)
+            stamp_json = (fast.get(type(stamp)) or encode)(stamp)
+            texts.append(
+                f'{{"key": {key_json}, "value": {value_json}, "timestamp": {stamp_json}{tail}'
+            )
+        elif isinstance(value, VersionedRecord):
+            texts.append(render_entry(entry_fields(KeyValue(key, value)), tail))
+        else:
+            value_json = (fast.get(type(value)) or encode)(value)
+            texts.append(f'{{"key": {key_json}, "value": {value_json}{tail}')
+    return texts
 
 
 def secret_matches(given: object, expected: str) -> bool:
@@ -244,6 +352,12 @@ class QueryLink:
         self._connection: _Connection | None = None
         self._closed = threading.Event()
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        # range pages whose iterators the loop opened, read and answered by a thread of
+        # their own (TaskStoreReader.defer)
+        self._page_jobs: queue.SimpleQueue[tuple[dict[str, Any], PageJob] | None] = (
+            queue.SimpleQueue()
+        )
+        self._pages_thread: threading.Thread | None = None
         self._log = get_logger("processor_api.query_link", host=host_name)
         self._thread = threading.Thread(target=self._run, name="query-link", daemon=True)
         self._thread.start()
@@ -402,8 +516,28 @@ class QueryLink:
         finally:
             self._send_lock.release()
 
+    def _read_page_later(self, message: dict[str, Any], job: PageJob) -> None:
+        """Hand a range page whose iterator the loop opened to the pages thread, which reads,
+        renders and answers it (started with the first)."""
+        with self._outbox_ready:
+            if self._pages_thread is None:
+                self._pages_thread = threading.Thread(
+                    target=self._read_pages, name="query-link-pages", daemon=True
+                )
+                self._pages_thread.start()
+        self._page_jobs.put((message, job))
+
+    def _read_pages(self) -> None:
+        while True:
+            item = self._page_jobs.get()
+            if item is None:
+                return
+            message, job = item
+            self.reply(message, *job())
+
     def close(self) -> None:
         """Stop dialing and drop the connection."""
+        self._page_jobs.put(None)
         self._closed.set()
         with self._outbox_ready:
             sock = self._sock
@@ -427,14 +561,16 @@ class QueryLink:
                 return served
             task = str(message.get("task"))
             store_reader = reader(task)
-            if store_reader is None:
-                status, body = (
-                    503,
-                    {"error": f"task {task} left this worker", "code": "unavailable"},
+            defer = getattr(store_reader, "defer", None)
+            job = None if defer is None else defer(message)
+            if job is not None:
+                self._read_page_later(message, job)
+            elif store_reader is None:
+                self.reply(
+                    message, 503, {"error": f"task {task} left this worker", "code": "unavailable"}
                 )
             else:
-                status, body = store_reader.answer(message)
-            self.reply(message, status, body)
+                self.reply(message, *store_reader.answer(message))
             served += 1
             if time.monotonic() >= deadline:
                 if not self.inbox.empty():
@@ -467,6 +603,70 @@ class TaskStoreReader:
         self._input_offsets = input_offsets
         self._partition = parse_task_id(task_id)[1]
 
+    def defer(self, request: dict[str, Any]) -> PageJob | None:
+        """A range read of a store whose open iterator may be read on another thread: the
+        iterator opened now (on the loop thread: a snapshot of the store's view, the batch's
+        entries copied and a RocksDB iterator, which reads the DB as it was when opened),
+        and what reads, renders and answers its page later, on the link's pages thread,
+        without a time slice (the loop is not held). None: :meth:`answer` it on the loop."""
+        if request.get("kind") != "range":
+            return None
+        name = str(request.get("store"))
+        stack = self._stacks.get(name)
+        if stack is None:
+            return None
+        committed = bool(request.get("committed"))
+        input_position, refusal = query_bounds.check(
+            self.task_id, self._partition, self._input_offsets, request
+        )
+        if refusal is not None:
+            return None
+        store = self._committed_view(name) if committed else stack.store
+        if not ranges_off_loop(store):
+            return None
+        body = self._body(name, committed, input_position)
+        after = request.get("after")
+        try:
+            lo = decode_key(after if after is not None else request.get("from"), store)
+            entries = store.range(lo, decode_key(request.get("to"), store))
+            raw = entries.raw_entries()
+        except Exception:  # noqa: BLE001 - answer() names it, on the loop
+            return None
+        if raw is None:
+            entries.close()
+            return None
+        skip = None if after is None else base64.b64decode(after)
+        limit = max(1, int(request.get("limit") or 1))
+        tail = entry_tail(self.task_id, body)
+        where = f"store {name!r}, task {self.task_id}"
+
+        def read() -> tuple[int, dict[str, Any]]:
+            try:
+                texts, more, last = _raw_page(raw[0], raw[1], skip, limit, tail, None)
+            except StoreError as exc:  # closed meanwhile: the task left or is rebuilt
+                return 503, {"error": f"{where}: {exc}", "code": "unavailable"}
+            except Exception as exc:  # noqa: BLE001 - named in the answer
+                return _failure(where, exc)
+            finally:
+                entries.close()
+            body["entries"] = RenderedEntries(", ".join(texts).encode(), len(texts))
+            body["more"], body["last"] = more, _encode(last) if more and last else None
+            return 200, body
+
+        return read
+
+    def _body(self, name: str, committed: bool, input_position: Any) -> dict[str, Any]:
+        """An answer's body without its entries: where the read stands (position,
+        consistency, the input position a bound was checked against)."""
+        body: dict[str, Any] = {
+            "entries": [],
+            "more": False,
+            "last": None,
+            "position": self._position(name),
+            "consistency": "committed" if committed else "live",
+        }
+        return query_bounds.with_position(body, input_position)
+
     def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) for one read request."""
         name = str(request.get("store"))
@@ -481,25 +681,121 @@ class TaskStoreReader:
         if refusal is not None:
             return refusal
         store = self._committed_view(name) if committed else stack.store
+        body = self._body(name, committed, input_position)
         try:
-            entries, more = _read(store, request)
-            last = entries[-1].key if entries else None
-            rendered = [entry_fields(entry) for entry in entries]
-            last_b64 = _encode(store.key_serde.serialize(_plain_key(last))) if more else None
-        except RegistryUnavailableError as exc:  # the data may be right: ask again later
-            return 503, {"error": f"store {name!r}, task {self.task_id}: {exc}",
-                         "code": "registry_unavailable"}  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a serde or store error, named in the answer
-            return 400, {"error": f"store {name!r}, task {self.task_id}: "
-                                  f"{type(exc).__name__}: {exc}", "code": "bad_request"}  # fmt: skip
-        body = {
-            "entries": rendered,
-            "more": more,
-            "last": last_b64,
-            "position": self._position(name),
-            "consistency": "committed" if committed else "live",
-        }
-        return 200, query_bounds.with_position(body, input_position)
+            if request.get("kind") == "range":
+                entries, more, last = _range_page(store, request, entry_tail(self.task_id, body))
+                body["entries"] = entries
+                body["more"], body["last"] = more, _encode(last) if more and last else None
+            else:
+                found, more = _read(store, request)
+                body["entries"] = [entry_fields(entry) for entry in found]
+                if more and found:
+                    last_key = found[-1].key
+                    body["last"] = _encode(store.key_serde.serialize(_plain_key(last_key)))
+                body["more"] = more
+        except Exception as exc:  # noqa: BLE001 - named in the answer
+            return _failure(f"store {name!r}, task {self.task_id}", exc)
+        return 200, body
+
+
+def _range_page(
+    store: Any, request: dict[str, Any], tail: str
+) -> tuple[RenderedEntries, bool, bytes | None]:
+    """A range read's page rendered (:class:`RenderedEntries`), whether more follow, and
+    the serialized key of its last entry. A key-value store's entries are read as the raw
+    bytes of its merged view (:meth:`KeyValueIterator.raw_entries`), deserialized and
+    rendered a batch at a time, all of it within the read's time slice; any other store
+    through its typed iterator."""
+    limit = max(1, int(request.get("limit") or 1))
+    after = request.get("after")
+    lo = decode_key(after if after is not None else request.get("from"), store)
+    entries = store.range(lo, decode_key(request.get("to"), store))
+    try:
+        raw = entries.raw_entries() if isinstance(entries, KeyValueIterator) else None
+        if raw is None:
+            page, more = _page(entries, decode_key(after, store), limit)
+            texts = render_entries(page, tail)
+            last = store.key_serde.serialize(_plain_key(page[-1].key)) if page else None
+        else:
+            skip = None if after is None else base64.b64decode(after)
+            texts, more, last = _raw_page(raw[0], raw[1], skip, limit, tail)
+    finally:
+        close = getattr(entries, "close", None)
+        if close is not None:
+            close()
+    return RenderedEntries(", ".join(texts).encode(), len(texts)), more, last
+
+
+def _raw_page(
+    store: Any,
+    pairs: Iterator[tuple[bytes, bytes]],
+    skip: bytes | None,
+    limit: int,
+    tail: str,
+    slice_s: float | None = -1.0,
+) -> tuple[list[str], bool, bytes | None]:
+    """As :func:`_page`, over raw ``(key, value)`` bytes deserialized with ``store``'s
+    serdes and rendered (:func:`render_entries`) batch by batch; and the last key's bytes.
+    ``slice_s``: the time slice (-1: ``SLICE_S``; None: none, ``limit`` entries or
+    :data:`MAX_PAGE_CHARS` of text, whichever comes first)."""
+    if slice_s is not None and slice_s < 0:
+        slice_s = SLICE_S
+    deadline = math.inf if slice_s is None else time.monotonic() + slice_s
+    key_of, value_of = store.key_serde.deserialize, store.value_serde.deserialize
+    texts: list[str] = []
+    last = None
+    iterator = iter(pairs)
+    if skip is not None:
+        first = next(iterator, None)
+        if first is None:
+            return texts, False, None
+        if first[0] != skip:
+            iterator = itertools.chain((first,), iterator)
+    chars = 0
+    while len(texts) < limit:
+        want = min(64, limit - len(texts))
+        batch = list(islice(iterator, want))
+        if batch:
+            rendered = render_entries([(key_of(k), value_of(v)) for k, v in batch], tail)
+            texts.extend(rendered)
+            chars += sum(map(len, rendered))
+            last = batch[-1][0]
+        if len(batch) < want:
+            return texts, False, last  # the store ran out
+        if time.monotonic() >= deadline or chars >= MAX_PAGE_CHARS:
+            break
+    return texts, next(iterator, None) is not None, last
+
+
+def _failure(where: str, exc: Exception) -> tuple[int, dict[str, Any]]:
+    """The answer to a read that failed: 503 when the store's registry does not answer (the
+    data may be right: ask again later), else 400 naming the serde's or store's error."""
+    if isinstance(exc, RegistryUnavailableError):
+        return 503, {"error": f"{where}: {exc}", "code": "registry_unavailable"}
+    return 400, {"error": f"{where}: {type(exc).__name__}: {exc}", "code": "bad_request"}
+
+
+#: Reads, renders and answers a range page off the loop (:meth:`TaskStoreReader.defer`).
+PageJob = Callable[[], tuple[int, dict[str, Any]]]
+
+_RANGE_FACADES = (KeyValueStore, TimestampedKeyValueStore)
+_RANGE_LAYERS = (CachingBytesStore, ChangeLoggingBytesStore, BatchBufferBytesStore)
+
+
+def ranges_off_loop(store: Any) -> bool:
+    """Whether an open range iterator of ``store`` may be read on another thread than the
+    task's loop: a plain or timestamped key-value facade over only write-back caches,
+    change logging and batch buffers (each copies its entries of the range when the
+    iterator opens) over RocksDB (whose iterator reads the DB as it was when opened, while
+    the loop writes on, and after the store closes raises ``StoreError``). No TTL layer, no
+    in-memory store (its iterators share its data with the loop's writes)."""
+    if type(store) not in _RANGE_FACADES:
+        return False
+    layer = store.bytes_store
+    while type(layer) in _RANGE_LAYERS:
+        layer = layer.inner
+    return type(layer) is RocksDBBytesStore
 
 
 def _encode(data: bytes) -> str:
@@ -518,7 +814,7 @@ def _plain_key(key: Any) -> Any:
 
 
 def _read(store: Any, request: dict[str, Any]) -> tuple[list[KeyValue], bool]:
-    """The request's entries (a page) and whether more follow."""
+    """The request's entries (a page) and whether more follow; ranges: :func:`_range_page`."""
     kind = request.get("kind")
     limit = max(1, int(request.get("limit") or 1))
     if kind == "key":
@@ -526,13 +822,7 @@ def _read(store: Any, request: dict[str, Any]) -> tuple[list[KeyValue], bool]:
         as_of = request.get("as_of")
         value = store.get(key) if as_of is None else store.get(key, int(as_of))
         return ([KeyValue(key, value)] if value is not None else []), False
-    if kind == "range":
-        after = decode_key(request.get("after"), store)
-        lo = after if after is not None else decode_key(request.get("from"), store)
-        hi = decode_key(request.get("to"), store)
-        entries = store.range(lo, hi)
-        skip = after
-    elif kind == "window":
+    if kind == "window":
         key = decode_key(request.get("key"), store)
         time_from = int(request.get("time_from") or 0)
         time_to = MAX_TIMESTAMP if request.get("time_to") is None else int(request["time_to"])

@@ -54,10 +54,13 @@ def test_pages_of_a_range_resume_after_the_previous_page_without_gaps_or_repeats
 ):
     monkeypatch.setattr(query_link, "SLICE_S", 3600.0)  # only the count ends a page here
     pages = _pages(reader, 1000)
-    assert [len(p["entries"]) for p in pages] == [1000, 1000, 500]
-    keys = [e["key"] for p in pages for e in p["entries"]]
-    assert keys == KEYS
+    assert [p["entries"].count for p in pages] == [1000, 1000, 500]
+    entries = [e for p in pages for e in p["entries"].parsed()]
+    assert [e["key"] for e in entries] == KEYS
+    assert [e["value"] for e in entries] == list(range(len(KEYS)))
     assert {p["position"] for p in pages} == {42}
+    # rendered as the driver's answer writes them: the task and its page's read with each
+    assert {(e["task"], e["position"], e["consistency"]) for e in entries} == {("0_3", 42, "live")}
 
 
 def test_a_read_stops_when_its_time_slice_is_spent(reader, monkeypatch):
@@ -65,8 +68,8 @@ def test_a_read_stops_when_its_time_slice_is_spent(reader, monkeypatch):
     lo = base64.b64encode(b"k00100").decode()
     hi = base64.b64encode(b"k00299").decode()
     pages = _pages(reader, 10_000, **{"from": lo, "to": hi})
-    assert all(len(p["entries"]) == 64 for p in pages[:-1])  # one batch per slice
-    keys = [e["key"] for p in pages for e in p["entries"]]
+    assert all(p["entries"].count == 64 for p in pages[:-1])  # one batch per slice
+    keys = [e["key"] for p in pages for e in p["entries"].parsed()]
     assert keys == KEYS[100:300]
 
 
