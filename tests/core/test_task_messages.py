@@ -12,6 +12,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Mess
 from processor_api import HandlerResponse, ProcessingError, Processor, Serdes, Topology
 from processor_api.config import StreamsConfig
 from processor_api.engine.records import InputRecord, ListCollector, MessageBatch
+from processor_api.errors import StreamsError
 from tests.core.test_task import make_task  # partition 3
 
 
@@ -102,7 +103,7 @@ def test_co_partitioned_topics_are_merged_by_timestamp():
 
 def test_a_record_of_a_topic_no_source_reads_is_an_error_naming_it():
     task = task_of("a")
-    with pytest.raises(Exception, match=r"topic 'z'.*they read \['a'\]"):
+    with pytest.raises(StreamsError, match=r"topic 'z'.*they read \['a'\]"):
         task.process_batch(MessageBatch({"z": [message("z", 0, 1, b"x")]}))
 
 
