@@ -46,6 +46,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from json.encoder import encode_basestring
 from typing import Any
@@ -578,6 +579,16 @@ class QueryLink:
                 return served
 
 
+@dataclass(slots=True)
+class _ReadTarget:
+    """What a read request reads: the store (or its committed view) and the answer's body
+    without its entries."""
+
+    name: str
+    store: Any
+    body: dict[str, Any]
+
+
 class TaskStoreReader:
     """Answers reads of one task's stores (on the loop thread).
 
@@ -611,20 +622,10 @@ class TaskStoreReader:
         without a time slice (the loop is not held). None: :meth:`answer` it on the loop."""
         if request.get("kind") != "range":
             return None
-        name = str(request.get("store"))
-        stack = self._stacks.get(name)
-        if stack is None:
-            return None
-        committed = bool(request.get("committed"))
-        input_position, refusal = query_bounds.check(
-            self.task_id, self._partition, self._input_offsets, request
-        )
-        if refusal is not None:
-            return None
-        store = self._committed_view(name) if committed else stack.store
-        if not ranges_off_loop(store):
-            return None
-        body = self._body(name, committed, input_position)
+        target = self._target(request)
+        if not isinstance(target, _ReadTarget) or not ranges_off_loop(target.store):
+            return None  # answer() says what is wrong, on the loop
+        name, store, body = target.name, target.store, target.body
         after = request.get("after")
         try:
             lo = decode_key(after if after is not None else request.get("from"), store)
@@ -655,6 +656,23 @@ class TaskStoreReader:
 
         return read
 
+    def _target(self, request: dict[str, Any]) -> _ReadTarget | tuple[int, dict[str, Any]]:
+        """The store view a read request asks for and its answer's body without entries; or
+        the refusal (HTTP status, body): an unknown store, a position bound not reached."""
+        name = str(request.get("store"))
+        stack = self._stacks.get(name)
+        if stack is None:
+            return 404, {"error": f"task {self.task_id} has no store {name!r}",
+                         "code": "unknown_store"}  # fmt: skip
+        committed = bool(request.get("committed"))
+        input_position, refusal = query_bounds.check(
+            self.task_id, self._partition, self._input_offsets, request
+        )
+        if refusal is not None:
+            return refusal
+        store = self._committed_view(name) if committed else stack.store
+        return _ReadTarget(name, store, self._body(name, committed, input_position))
+
     def _body(self, name: str, committed: bool, input_position: Any) -> dict[str, Any]:
         """An answer's body without its entries: where the read stands (position,
         consistency, the input position a bound was checked against)."""
@@ -669,19 +687,10 @@ class TaskStoreReader:
 
     def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) for one read request."""
-        name = str(request.get("store"))
-        stack = self._stacks.get(name)
-        if stack is None:
-            return 404, {"error": f"task {self.task_id} has no store {name!r}",
-                         "code": "unknown_store"}  # fmt: skip
-        committed = bool(request.get("committed"))
-        input_position, refusal = query_bounds.check(
-            self.task_id, self._partition, self._input_offsets, request
-        )
-        if refusal is not None:
-            return refusal
-        store = self._committed_view(name) if committed else stack.store
-        body = self._body(name, committed, input_position)
+        target = self._target(request)
+        if not isinstance(target, _ReadTarget):
+            return target
+        name, store, body = target.name, target.store, target.body
         try:
             if request.get("kind") == "range":
                 entries, more, last = _range_page(store, request, entry_tail(self.task_id, body))
