@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processor_api.kafka.client_config import KafkaClientConfig
+from processor_api.runtime.worker_layout import LayoutLocation
 from processor_api.topology import Topology
 
 
@@ -46,6 +47,9 @@ class JobSpec:
     #: The driver's process id when it started the worker hosts itself, before its query
     #: (a local run, ``spark/early_start.py``): the epoch calls look for those hosts first.
     early_start_pid: int | None = None
+    #: Where the run's layout is (``runtime/worker_layout.py``): the tasks each worker holds
+    #: now, once the driver moved tasks while the run goes on; None: the assignment is fixed.
+    layout: LayoutLocation | None = None
 
     @property
     def executor_state_dir(self) -> str:

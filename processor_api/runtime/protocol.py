@@ -6,7 +6,9 @@ its tasks only while that connection is up, sends an :class:`EpochAlive` every f
 and answers at the epoch's end with a :class:`WorkerEpochReply` (or an :class:`ErrorReply`).
 The other requests are short: :class:`EndEpochRequest` (the driver stops the run: commit and
 end the epoch now), :class:`CutEpochRequest` (the driver saw an executor go: commit and end the
-running epoch now, so that Spark has the slot for the lost workers), :class:`CloseRequest` (the run ended: close every task, exit) and
+running epoch now, so that Spark has the slot for the lost workers), :class:`WorkerStatusRequest`
+and :class:`AdoptTasksRequest` (the driver moves a lost worker's tasks into a running worker's
+epoch), :class:`CloseRequest` (the run ended: close every task, exit) and
 :class:`ReleaseRequest` (another worker on this machine takes a task: drop what it has not
 committed and close it). :class:`EarlyStartRequest` comes from the driver of a local run to a
 host it started itself before its query (``spark/early_start.py``).
@@ -97,6 +99,44 @@ class CutEpochRequest:
     only in a free slot). Epochs that begin afterwards run as usual."""
 
     run_id: str
+
+
+@dataclass(frozen=True)
+class WorkerStatusRequest:
+    """The driver asks which worker of run ``run_id`` this host runs an epoch for (after an
+    executor was lost: the hosts that answer are the workers still running)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True)
+class WorkerStatusReply:
+    """The worker of the run asked about that this host serves (None: none), whether an epoch
+    of it runs now, and whether the process that started this host (its executor's pyspark
+    daemon, or the driver) is still there (a host of a lost executor may answer for a
+    moment)."""
+
+    worker: str | None
+    epoch_running: bool
+    owner_alive: bool
+
+
+@dataclass(frozen=True)
+class AdoptTasksRequest:
+    """Take ``tasks`` of run ``run_id`` into the epoch running now (their worker was lost;
+    ``spark/failover.py``): each is rebuilt from its last commit and runs in this worker's
+    loop and transaction until the epoch ends. Answered with an :class:`AdoptTasksReply`."""
+
+    run_id: str
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AdoptTasksReply:
+    """Whether the tasks were taken (False: no epoch of that run runs here now; the next
+    epoch's call names them, from the run's layout)."""
+
+    accepted: bool
 
 
 @dataclass(frozen=True)

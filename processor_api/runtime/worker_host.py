@@ -50,6 +50,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,8 @@ from processor_api.runtime.metrics import TaskMetrics
 from processor_api.runtime.metrics_publisher import MetricsPublisher
 from processor_api.runtime.protocol import (
     EARLY_EPOCH,
+    AdoptTasksReply,
+    AdoptTasksRequest,
     CloseRequest,
     CutEpochRequest,
     EarlyStartRequest,
@@ -89,6 +92,8 @@ from processor_api.runtime.protocol import (
     TaskEpoch,
     WorkerEpochReply,
     WorkerEpochRequest,
+    WorkerStatusReply,
+    WorkerStatusRequest,
 )
 from processor_api.runtime.query_link import QueryLink
 from processor_api.runtime.task_runner import delivery_timeout_ms
@@ -107,8 +112,9 @@ LINK_SWITCH_INTERVAL_S = 0.001
 class WorkerHost:
     """The request handler and the poll loop of one worker's host process."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, owner_pid: int | None = None) -> None:
         self.name = name
+        self._owner_pid = owner_pid  # the pyspark daemon (or driver) that started this host
         self.runners: dict[str, EpochTaskRunner] = {}
         self._input: WorkerInput | None = None
         self._topology_run: str | None = None
@@ -119,6 +125,13 @@ class WorkerHost:
         #: to end that epoch now (an executor was lost: Spark needs the slot)
         self._epoch_run: str | None = None
         self._epoch_cut = False
+        self._epoch_worker: str | None = None  # the worker of the epoch running now
+        self._serving: tuple[str, str] | None = None  # (run, worker) of the last epoch begun
+        #: tasks the driver moved here from a lost worker, for the running epoch to take
+        self._adoptions: list[str] = []
+        self._adoptions_lock = threading.Lock()
+        #: what the running epoch's loop needs to begin an adopted task
+        self._epoch_context: _EpochContext | None = None
         self._publisher: MetricsPublisher | None = None  # the run asked for metrics
         self._metrics: dict[str, TaskMetrics] = {}  # of every task this host ran in the run
         self.stopping = threading.Event()  # a close request is queued
@@ -271,32 +284,16 @@ class WorkerHost:
             for task in request.tasks
         ):
             self._transaction.renew()
+        self._serving = (spec.run_id, request.worker)
         replies: dict[str, EpochReply] = {}
         active: dict[str, EpochTaskRunner] = {}
+        context = _EpochContext(request, connected, end_requested)
         try:
             for task in request.tasks:
-                runner = self.runners.get(task.task_id) or self._open(
-                    spec, request.worker, task.task_id
-                )
-                control = EpochControl(
-                    connected=connected,
-                    end_requested=end_requested,
-                    release_requested=lambda t=task.task_id: (  # type: ignore[misc]
-                        self.stopping.is_set() or self._released(t)
-                    ),
-                )
-                try:
-                    ended = runner.begin_epoch(request.for_task(task), control)
-                except EpochAbandoned as exc:
-                    if not connected():
-                        raise
-                    self._log_abandoned(task.task_id, request.epoch, exc)
-                    self._close_task(task.task_id, reason="another worker takes it")
-                    continue
-                if ended is not None:
-                    replies[task.task_id] = ended
-                else:
-                    active[task.task_id] = runner
+                self._begin_task(context, task, active, replies)
+            self._drop_unassigned(request, active, replies)
+            with self._adoptions_lock:
+                self._epoch_context, self._epoch_worker = context, request.worker
             self._loop(active, replies, connected)
         except EpochAbandoned as exc:
             self._log.info("epoch_abandoned", epoch=request.epoch, detail=str(exc))
@@ -306,8 +303,107 @@ class WorkerHost:
             self._abandon(active)
             raise
         finally:
-            self._epoch_run = None
+            with self._adoptions_lock:
+                self._epoch_run, self._epoch_worker, self._epoch_context = None, None, None
+                self._adoptions = []
         return WorkerEpochReply(replies)
+
+    def _begin_task(
+        self,
+        context: _EpochContext,
+        task: TaskEpoch,
+        active: dict[str, EpochTaskRunner],
+        replies: dict[str, EpochReply],
+    ) -> None:
+        """Open ``task`` (if this host does not hold it) and begin its part of the epoch: into
+        ``active``, or into ``replies`` when its epoch ended at once."""
+        request, connected = context.request, context.connected
+        runner = self.runners.get(task.task_id) or self._open(
+            request.spec, request.worker, task.task_id
+        )
+        control = EpochControl(
+            connected=connected,
+            end_requested=context.end_requested,
+            release_requested=lambda t=task.task_id: (  # type: ignore[misc]
+                self.stopping.is_set() or self._released(t)
+            ),
+        )
+        try:
+            ended = runner.begin_epoch(request.for_task(task), control)
+        except EpochAbandoned as exc:
+            if not connected():
+                raise
+            self._log_abandoned(task.task_id, request.epoch, exc)
+            self._close_task(task.task_id, reason="another worker takes it")
+            return
+        if ended is not None:
+            replies[task.task_id] = ended
+        else:
+            active[task.task_id] = runner
+
+    def _drop_unassigned(
+        self,
+        request: WorkerEpochRequest,
+        active: dict[str, EpochTaskRunner],
+        replies: dict[str, EpochReply],
+    ) -> None:
+        """Close the epoch's tasks that the run's layout, read now, gives another worker.
+
+        Read after the tasks began, so after this host's producer was initialized: if the
+        driver fenced this worker (its tasks moved to a running worker when its executor was
+        lost) before that, the layout it wrote first is the one read here; if after, this
+        host's commits fail. Either way a host that began from an older layout never commits
+        a task another worker holds (``runtime/worker_layout.py``)."""
+        spec = request.spec
+        if spec.layout is None or request.epoch == EARLY_EPOCH:
+            return
+        layout = spec.layout.read(spec.run_id)
+        tasks = None if layout is None else layout.tasks_of(request.worker, request.epoch)
+        if tasks is None:
+            return
+        for task_id in [t for t in (*active, *replies) if t not in tasks]:
+            runner = active.pop(task_id, None)
+            if runner is not None:
+                runner.abandon_epoch()
+            replies.pop(task_id, None)
+            self._close_task(task_id, reason="the run's layout gives it to another worker")
+
+    def _adopt_queued(
+        self, active: dict[str, EpochTaskRunner], replies: dict[str, EpochReply]
+    ) -> None:
+        """Begin the tasks the driver moved here since the last turn (see :meth:`adopt`)."""
+        context = self._epoch_context
+        for task_id in self._take_adoptions():
+            if context is None or task_id in active or task_id in replies:
+                continue
+            self._begin_task(context, TaskEpoch(task_id, None), active, replies)
+            get_logger("processor_api.worker_host", task=task_id).info(
+                "task_adopted", worker=context.request.worker, epoch=context.request.epoch
+            )
+
+    def status(self, run_id: str) -> WorkerStatusReply:
+        """Which worker of run ``run_id`` this host serves (acceptor thread)."""
+        serving = self._serving
+        worker = serving[1] if serving is not None and serving[0] == run_id else None
+        running = worker is not None and self._epoch_run == run_id and not self._epoch_cut
+        return WorkerStatusReply(
+            worker=worker, epoch_running=running, owner_alive=_alive(self._owner_pid)
+        )
+
+    def adopt(self, run_id: str, tasks: tuple[str, ...]) -> bool:
+        """Queue ``tasks`` for the running epoch of run ``run_id`` (acceptor thread); False
+        when none runs (the next epoch's call names them)."""
+        with self._adoptions_lock:
+            if self._epoch_run != run_id or self._epoch_cut or self._epoch_context is None:
+                return False
+            self._adoptions.extend(t for t in tasks if t not in self._adoptions)
+        self._log.info("tasks_to_adopt", tasks=list(tasks), detail="their worker was lost")
+        return True
+
+    def _take_adoptions(self) -> list[str]:
+        with self._adoptions_lock:
+            taken, self._adoptions = self._adoptions, []
+        return taken
 
     def cut_epoch(self, run_id: str) -> bool:
         """End the epoch of run ``run_id`` running now (with a commit, as at its end); whether
@@ -337,6 +433,8 @@ class WorkerHost:
             self._loop_at = time.monotonic()
             if not connected():
                 raise EpochAbandoned("the Spark task of the worker's epoch is gone")
+            if self._adoptions:
+                self._adopt_queued(active, replies)
             if len(active) > 1:
                 self._shared_input().fetch(wait_s)
                 turn_wait_s = 0.0
@@ -789,6 +887,28 @@ def _error_reply_for(message: Any) -> ErrorReply:
     return ErrorReply("StreamsError", f"a worker host serves no {type(message).__name__}", "")
 
 
+def _alive(pid: int | None) -> bool:
+    """Whether process ``pid`` exists (True when unknown or not ours to signal)."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+@dataclass(frozen=True)
+class _EpochContext:
+    """The running epoch's request and its connection checks (to begin adopted tasks)."""
+
+    request: WorkerEpochRequest
+    connected: Callable[[], bool]
+    end_requested: Callable[[], bool]
+
+
 def _watch(daemon_pid: int) -> None:
     """Exit when the pyspark daemon that started this host is gone."""
     while True:
@@ -835,17 +955,29 @@ def _accept(server: socket.socket, host: WorkerHost, requests: queue.Queue) -> N
         if message is None:
             connection.close()
             continue
-        if isinstance(message, EndEpochRequest | CutEpochRequest | ReleaseRequest):
+        if isinstance(
+            message,
+            EndEpochRequest
+            | CutEpochRequest
+            | ReleaseRequest
+            | WorkerStatusRequest
+            | AdoptTasksRequest,
+        ):
+            reply: Any = OkReply()
             if isinstance(message, EndEpochRequest):
                 host.ended_run = message.run_id
             elif isinstance(message, CutEpochRequest):
                 host.cut_epoch(message.run_id)
+            elif isinstance(message, WorkerStatusRequest):
+                reply = host.status(message.run_id)
+            elif isinstance(message, AdoptTasksRequest):
+                reply = AdoptTasksReply(host.adopt(message.run_id, message.tasks))
             else:
                 host.release_requested(message.task_id)
                 requests.put((_Wake(), None))
             with connection:
                 try:
-                    send_message(connection, OkReply())
+                    send_message(connection, reply)
                 except OSError:
                     pass
             continue
@@ -873,7 +1005,7 @@ def serve(name: str, daemon_pid: int) -> None:
     server.listen(8)
     get_logger("processor_api.worker_host").debug("task_host_listening", host=name)
     threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
-    host = WorkerHost(name)
+    host = WorkerHost(name, daemon_pid)
     requests: queue.Queue = queue.Queue()
     host.wake_main = lambda: requests.put((_Wake(), None))
     acceptor = threading.Thread(target=_accept, args=(server, host, requests), daemon=True)

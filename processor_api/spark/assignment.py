@@ -77,6 +77,43 @@ def assign_tasks(
     return {w: tuple(sorted(tasks_of[w], key=position.__getitem__)) for w in workers}
 
 
+def move_lost_tasks(
+    assignment: Mapping[str, tuple[str, ...]],
+    lost: Collection[str],
+    running: Sequence[str],
+    stateful: Collection[str],
+) -> Assignment:
+    """``assignment`` with the tasks of the ``lost`` workers spread over the ``running`` ones
+    (stateful tasks first, each to the running worker with the fewest stateful tasks, then the
+    fewest tasks); every other task stays where it is, and the lost workers hold none."""
+    if not running:
+        raise ValueError("no running workers to move the lost workers' tasks to")
+    moved = {w: list(tasks) for w, tasks in assignment.items()}
+    orphans = [t for w in sorted(lost) for t in moved.get(w, [])]
+    for worker in lost:
+        moved[worker] = []
+    order = {w: index for index, w in enumerate(running)}
+    for task_id in sorted(orphans, key=lambda t: t not in stateful):
+        worker = min(
+            running,
+            key=lambda w: (
+                sum(t in stateful for t in moved[w]) if task_id in stateful else 0,
+                len(moved[w]),
+                order[w],
+            ),
+        )
+        moved[worker].append(task_id)
+    return {w: tuple(tasks) for w, tasks in moved.items()}
+
+
+def record_assignment(checkpoint: str | Path | CheckpointFiles, assignment: Assignment) -> None:
+    """Record ``assignment`` in the checkpoint: the next run starts sticky to it."""
+    as_checkpoint(checkpoint).write_text(
+        ASSIGNMENT_FILE,
+        json.dumps({"workers": {w: list(t) for w, t in assignment.items()}}, indent=1) + "\n",
+    )
+
+
 def load_or_assign(
     checkpoint: str | Path | CheckpointFiles,
     task_ids: Sequence[str],
@@ -96,10 +133,7 @@ def load_or_assign(
     assignment = assign_tasks(task_ids, workers, stateful, previous)
     if before_recording is not None:
         before_recording(previous, assignment)
-    files.write_text(
-        ASSIGNMENT_FILE,
-        json.dumps({"workers": {w: list(t) for w, t in assignment.items()}}, indent=1) + "\n",
-    )
+    record_assignment(files, assignment)
     return assignment
 
 

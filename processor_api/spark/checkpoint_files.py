@@ -22,7 +22,7 @@ def open_checkpoint(checkpoint_dir: str, config: StreamsConfig | None = None) ->
     ``state.snapshot.filesystem.options`` of ``config`` when the snapshots are on the same
     kind of filesystem (by default they are inside the checkpoint)."""
     filesystem, root = open_location(
-        checkpoint_dir, _filesystem_options(checkpoint_dir, config), setting="--checkpoint-dir"
+        checkpoint_dir, filesystem_options(checkpoint_dir, config), setting="--checkpoint-dir"
     )
     return CheckpointFiles(checkpoint_dir, filesystem, root)
 
@@ -34,9 +34,11 @@ def as_checkpoint(checkpoint: str | Path | CheckpointFiles) -> CheckpointFiles:
     return open_checkpoint(str(checkpoint))
 
 
-def _filesystem_options(
+def filesystem_options(
     checkpoint_dir: str, config: StreamsConfig | None
 ) -> Mapping[str, Any] | None:
+    """The ``pyarrow.fs`` options to open the checkpoint with: the snapshots' when they are on
+    the same kind of filesystem (None: none)."""
     if config is None or not config.state_snapshot_filesystem_options:
         return None
     snapshots = config.state_snapshot_location or checkpoint_dir

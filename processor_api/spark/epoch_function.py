@@ -29,6 +29,7 @@ from processor_api.runtime.host_client import exchange, raise_remote_error, work
 from processor_api.runtime.job import JobSpec
 from processor_api.runtime.protocol import (
     EpochEnd,
+    EpochReply,
     TaskEpoch,
     WorkerEpochReply,
     WorkerEpochRequest,
@@ -37,7 +38,8 @@ from processor_api.spark.task_keys import task_id_of
 
 OUTPUT_SCHEMA = (
     "task string, records long, outputs long, changelog_records long, restored long, "
-    "stream_time long, positions string, duration_ms double, pid int, inits int, lag long"
+    "stream_time long, positions string, duration_ms double, pid int, inits int, lag long, "
+    "epoch long"
 )
 STATE_SCHEMA = "metadata string"
 
@@ -83,28 +85,14 @@ def run_epoch(
     log = get_logger("processor_api.spark_task", worker=worker)
     log.debug("epoch_call_started", epoch=epoch)
     states: dict[str, str] = json.loads(state.get[0]) if state.exists else {}
-    tasks = spec.assignment.get(worker, ())
-    request = WorkerEpochRequest(
-        spec=spec,
-        worker=worker,
-        tasks=tuple(TaskEpoch(task_id, states.get(task_id)) for task_id in tasks),
-        epoch=epoch,
-        end=end,
-    )
-    task_timeout_s = StreamsConfig.from_dict(spec.config).task_timeout_ms / 1000
-    reply = exchange(
-        worker_key(spec.executor_state_dir, spec.config["application_id"], worker),
-        spec.log_format,
-        request,
-        timeout_s=task_timeout_s + ANSWER_GRACE_S,
-        stuck_after_s=loop_patience_s(task_timeout_s),
-        early_start_pid=spec.early_start_pid,
-    )
-    if not isinstance(reply, WorkerEpochReply):
-        raise_remote_error(reply)
-    replies = reply.replies
-    states.update({task_id: r.metadata_json for task_id, r in replies.items()})
-    state.update((json.dumps(states, sort_keys=True),))
+    tasks = worker_tasks(spec, worker, epoch)
+    if tasks:
+        replies = _exchange(spec, end, worker, epoch, tasks, states)
+        states.update({task_id: r.metadata_json for task_id, r in replies.items()})
+        state.update((json.dumps(states, sort_keys=True),))
+    else:  # its tasks run on other workers now: the slot is free at once
+        log.debug("epoch_without_tasks", epoch=epoch)
+        replies = {}
     duration_ms = (time.monotonic() - started) * 1000
     rows: dict[str, list[Any]] = {column.split()[0]: [] for column in OUTPUT_SCHEMA.split(", ")}
     for task_id, task_reply in replies.items():
@@ -129,6 +117,47 @@ def run_epoch(
         rows["pid"].append(os.getpid())
         rows["inits"].append(task_reply.inits)
         rows["lag"].append(task_reply.lag)
-    frame = pd.DataFrame({name: values for name, values in rows.items() if name != "lag"})
+        rows["epoch"].append(epoch)
+    columns = {name: values for name, values in rows.items() if name not in ("lag", "epoch")}
+    frame = pd.DataFrame(columns)
     frame["lag"] = pd.Series(rows["lag"], dtype="Int64")
+    frame["epoch"] = pd.Series(rows["epoch"], dtype="int64")
     yield frame
+
+
+def worker_tasks(spec: JobSpec, worker: str, epoch: int) -> tuple[str, ...]:
+    """The tasks ``worker`` runs in ``epoch``: the run's layout's when the driver moved tasks
+    during the run (``runtime/worker_layout.py``), else the assignment it started with."""
+    layout = None if spec.layout is None else spec.layout.read(spec.run_id)
+    tasks = None if layout is None else layout.tasks_of(worker, epoch)
+    return spec.assignment.get(worker, ()) if tasks is None else tasks
+
+
+def _exchange(
+    spec: JobSpec,
+    end: EpochEnd,
+    worker: str,
+    epoch: int,
+    tasks: tuple[str, ...],
+    states: dict[str, str],
+) -> dict[str, EpochReply]:
+    """Run the epoch of ``tasks`` in the worker's host; each task's reply."""
+    request = WorkerEpochRequest(
+        spec=spec,
+        worker=worker,
+        tasks=tuple(TaskEpoch(task_id, states.get(task_id)) for task_id in tasks),
+        epoch=epoch,
+        end=end,
+    )
+    task_timeout_s = StreamsConfig.from_dict(spec.config).task_timeout_ms / 1000
+    reply = exchange(
+        worker_key(spec.executor_state_dir, spec.config["application_id"], worker),
+        spec.log_format,
+        request,
+        timeout_s=task_timeout_s + ANSWER_GRACE_S,
+        stuck_after_s=loop_patience_s(task_timeout_s),
+        early_start_pid=spec.early_start_pid,
+    )
+    if not isinstance(reply, WorkerEpochReply):
+        raise_remote_error(reply)
+    return reply.replies

@@ -52,18 +52,21 @@ class ExecutorSet:
 
 
 class ExecutorWatch(threading.Thread):
-    """Calls ``on_lost(lost, now)`` when executors listed by ``list_executors()`` go, from a
-    daemon thread, every ``interval_s``, until :meth:`stop`. A poll that raises (the session is
-    stopping) is logged at debug and tried again."""
+    """Calls ``on_lost(lost, now)`` when executors listed by ``list_executors()`` go, and
+    ``on_added(added, now)`` when new ones come, from a daemon thread, every ``interval_s``,
+    until :meth:`stop`. A poll that raises (the session is stopping) is logged at debug and
+    tried again."""
 
     def __init__(
         self,
         list_executors: Callable[[], set[str]],
         on_lost: Callable[[set[str], set[str]], None],
         interval_s: float = EXECUTOR_POLL_S,
+        on_added: Callable[[set[str], set[str]], None] | None = None,
     ) -> None:
         super().__init__(name="executor-watch", daemon=True)
         self._list, self._on_lost, self._interval_s = list_executors, on_lost, interval_s
+        self._on_added = on_added
         self._stopping = threading.Event()
         self._executors = ExecutorSet()
 
@@ -77,6 +80,8 @@ class ExecutorWatch(threading.Thread):
         lost, added = self._executors.update(current)
         if added:
             _log.info("executors_added", added=sorted(added), executors=len(current))
+            if self._on_added is not None:
+                self._on_added(added, current)
         if lost:
             _log.warning("executors_lost", lost=sorted(lost), executors=len(current))
             self._on_lost(lost, current)

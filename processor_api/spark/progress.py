@@ -31,6 +31,8 @@ class Progress:
         self.result = RunResult()
         self.positions: dict[tuple[str, int], int] = {}
         self.completed_batches: set[int] = set()
+        #: the newest epoch a worker reported (0: none yet)
+        self.last_epoch = 0
         self._end_offsets_of = end_offsets_of
         self._interval_s = interval_s
         self._task_topics: dict[str, set[str]] = {}
@@ -59,6 +61,7 @@ class Progress:
             result.changelog_records += changelog
             result.restored += restored
             self.completed_batches.add(batch_id)
+            self.last_epoch = max([self.last_epoch, *(int(r["epoch"]) for r in rows)])
         if records or outputs or restored:
             _log.info(
                 "batch_done",

@@ -41,6 +41,7 @@ from processor_api.runtime.executor_dirs import state_dirs_here
 from processor_api.runtime.host_client import close_hosts
 from processor_api.runtime.job import JobSpec, parse_task_id
 from processor_api.runtime.protocol import EpochEnd
+from processor_api.runtime.worker_layout import LayoutLocation
 from processor_api.spark.epoch_function import OUTPUT_SCHEMA, STATE_SCHEMA
 from processor_api.spark.failures import query_failed
 from processor_api.spark.progress import Progress, log_batch_timings, observed
@@ -121,6 +122,7 @@ class TopologyRunner:
         self._early_start_pid: int | None = None
         self._closed = False
         self._executor_watch: Any = None  # an ExecutorWatch on a cluster with timed epochs
+        self._failover: Any = None  # a failover.Failover on a cluster with timed epochs
         self.plan: TopicPlan | None = None
         self._metrics: RunMetrics | None = None
         self._queries: Any = None  # query.service.RunQueries, once the job spec names it
@@ -292,7 +294,11 @@ class TopologyRunner:
                 len(plan.task_ids), slots if cores is None else cores, executors_of(spark), threads
             )
             bounded_epochs = not available_now and slots < workers
-            layout = self._layout(files, workers, available_now, end_offsets_cap, bounded_epochs)
+            # on a cluster, continuous epochs: tasks move between workers while the run goes on
+            moving = cores is None and not available_now and not bounded_epochs
+            layout = self._layout(
+                files, workers, available_now, end_offsets_cap, bounded_epochs, moving
+            )
         spark.conf.set("spark.sql.shuffle.partitions", str(layout.partitions))
         bounded_epochs = layout.end.caught_up
         workers = len(layout.workers)
@@ -325,7 +331,7 @@ class TopologyRunner:
         )
         writer = (
             observed(results)
-            .writeStream.foreachBatch(self._progress.on_batch)
+            .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", checkpoint)
             .queryName(re.sub(r"\W", "_", self.config.application_id))
         )
@@ -333,8 +339,11 @@ class TopologyRunner:
             writer = writer.trigger(availableNow=True)
         elif not bounded_epochs:
             writer = writer.trigger(processingTime=f"{epoch_trigger_s(end)} seconds")
+        started_at = time.time()
         self._query = writer.start()
         if self._timed_epochs and local_cores(spark.sparkContext.master) is None:
+            if spec.layout is not None:
+                self._failover = self._make_failover(layout, files, spark, started_at)
             self._watch_executors(spark)
         _log.info(
             "query_started",
@@ -361,8 +370,63 @@ class TopologyRunner:
 
         if self._executor_watch is not None:
             return
-        self._executor_watch = ExecutorWatch(lambda: spark_executors(spark), self._cut_epochs)
+        self._executor_watch = ExecutorWatch(
+            lambda: spark_executors(spark),
+            self._on_executors_lost,
+            on_added=self._on_executors_added,
+        )
         self._executor_watch.start()
+
+    def _make_failover(self, layout: _Layout, files: Any, spark: Any, started_at: float) -> Any:
+        """The run's :class:`~processor_api.spark.failover.Failover` (tasks move between
+        workers when executors go and come)."""
+        from processor_api.spark.epochs import slots_of
+        from processor_api.spark.failover import Failover
+
+        spec = layout.spec
+        assert spec.layout is not None and self.plan is not None
+        return Failover(
+            location=spec.layout,
+            checkpoint=files,
+            run_id=self._run_id,
+            application_id=self.config.application_id,
+            task_ids=self.plan.task_ids,
+            assignment=dict(spec.assignment),
+            stateful=layout.stateful,
+            state_dirs=self._state_dirs_here,
+            started_at=started_at,
+            slots=lambda: slots_of(spark),
+            fence=self._fence_workers if self.config.exactly_once else None,
+        )
+
+    def _on_batch(self, frame: Any, batch_id: int) -> None:
+        """``foreachBatch``: the batch's statistics, then a spread of the tasks over every
+        worker if executors came back (``failover.py``)."""
+        self._progress.on_batch(frame, batch_id)
+        failover = self._failover
+        if failover is not None:
+            try:
+                failover.after_batch(self._progress.last_epoch)
+            except Exception as exc:  # noqa: BLE001 - the tasks stay where they are
+                _log.warning("tasks_not_spread", error=f"{type(exc).__name__}: {exc}")
+
+    def _on_executors_lost(self, lost: set[str], executors: set[str]) -> None:
+        """The executor watch saw executors go: move their workers' tasks to the running
+        workers (``failover.py``), or else cut the running epochs."""
+        if self.plan is None or self._stop_requested.is_set() or self._closed:
+            return
+        failover = self._failover
+        if failover is not None:
+            try:
+                if failover.on_lost():
+                    return
+            except Exception as exc:  # noqa: BLE001 - the cut below frees the slots instead
+                _log.warning("tasks_not_moved", error=f"{type(exc).__name__}: {exc}")
+        self._cut_epochs(lost, executors)
+
+    def _on_executors_added(self, added: set[str], executors: set[str]) -> None:
+        if self._failover is not None and not self._closed:
+            self._failover.on_added()
 
     def _cut_epochs(self, lost: set[str], executors: set[str]) -> None:
         from processor_api.spark.epochs import cut_epochs
@@ -382,9 +446,11 @@ class TopologyRunner:
         available_now: bool,
         end_offsets_cap: dict[tuple[str, int], int] | None,
         bounded_epochs: bool,
+        moving: bool = False,
     ) -> _Layout:
         """The run's workers, their tasks and group keys, the job spec and the epochs' end,
-        for ``workers`` workers (capped by the checkpoint's shuffle partitions)."""
+        for ``workers`` workers (capped by the checkpoint's shuffle partitions); ``moving``:
+        the job spec names the run's layout file (tasks move between workers meanwhile)."""
         from processor_api.spark.assignment import load_or_assign, worker_ids
         from processor_api.spark.epochs import reset_policies
         from processor_api.spark.task_keys import load_or_plan_group_keys, recorded_partitions
@@ -427,33 +493,49 @@ class TopologyRunner:
             reset_policies=reset_policies(self.topology, sorted(plan.internal)),
             assignment=assignment,
             early_start_pid=self._early_start_pid,
+            layout=self._layout_location() if moving else None,
         )
         end = EpochEnd(
             duration_s=None if available_now or bounded_epochs else self.settings.epoch_interval_s,
             end_offsets=end_offsets_cap if available_now else None,
             caught_up=bounded_epochs,
         )
-        return _Layout(ids, group_keys, spec, end, partitions)
+        return _Layout(ids, group_keys, spec, end, partitions, frozenset(stateful))
+
+    def _layout_location(self) -> LayoutLocation:
+        """Where this run's layout file is: in its Spark checkpoint (``worker_layout.py``)."""
+        from processor_api.spark.checkpoint_files import filesystem_options
+
+        checkpoint = self.settings.resolved_checkpoint_dir
+        if "://" not in checkpoint:
+            checkpoint = str(Path(checkpoint).resolve())
+        return LayoutLocation(checkpoint, filesystem_options(checkpoint, self.config))
+
+    def _fence_workers(self, workers: list[str]) -> None:
+        """Fence the transactional producers of ``workers`` (their tasks moved elsewhere)."""
+        from processor_api.kafka.names import worker_transactional_id
+        from processor_api.kafka.transactions import fence_transactional_ids
+
+        fence_transactional_ids(
+            self.settings.bootstrap_servers,
+            [worker_transactional_id(self.config.application_id, w) for w in workers],
+            kafka=self.kafka,
+        )
 
     def _fence_moved(
         self, previous: Mapping[str, str], assignment: dict[str, tuple[str, ...]]
     ) -> None:
         """Exactly-once: fence the producers of the workers that lose tasks to others since
         the last run, before any host of this run reads those tasks' commit markers (within
-        a run a worker's hosts fence each other with the worker's transactional id)."""
-        from processor_api.kafka.names import worker_transactional_id
-        from processor_api.kafka.transactions import fence_transactional_ids
+        a run a worker's hosts fence each other with the worker's transactional id, and the
+        driver fences a lost worker whose tasks it moves: ``failover.py``)."""
         from processor_api.spark.assignment import moved_from
 
         if not self.config.exactly_once:
             return
         workers = moved_from(previous, assignment)
         if workers:
-            fence_transactional_ids(
-                self.settings.bootstrap_servers,
-                [worker_transactional_id(self.config.application_id, w) for w in workers],
-                kafka=self.kafka,
-            )
+            self._fence_workers(workers)
 
     def _early_start_possible(self) -> bool:
         """Whether this run's driver starts the worker hosts itself (``early_start.py``):
@@ -780,6 +862,7 @@ class _Layout:
     spec: JobSpec
     end: EpochEnd
     partitions: int
+    stateful: frozenset[str] = frozenset()  # the tasks with stores
 
 
 class RunMetrics:

@@ -118,6 +118,7 @@ def test_every_job_spec_field_comes_from_the_run(tmp_path):
         "query_router": None,  # no --query-port: the hosts dial no router
         "query_secret": None,
         "early_start_pid": None,  # set once the driver has started the hosts itself
+        "layout": None,  # set for continuous epochs on a cluster (tasks move meanwhile)
         **epoch_fields,
     }
     assert sorted(expected) == sorted(f.name for f in fields(JobSpec)), (

@@ -1,0 +1,214 @@
+"""The driver's part of moving tasks while a run goes on, as Kafka Streams rebalances when
+stream threads come and go.
+
+A worker holds a Spark task slot for its whole epoch, so when an executor is lost its workers'
+epochs wait for a free slot (the survivors' epochs end, or a replacement registers) and their
+tasks stand still meanwhile. Instead, :class:`Failover` moves the lost workers' tasks to the
+workers still running (``on_lost``, from the executor watch):
+
+1. it asks the worker hosts on this machine which worker each serves in this run and whether
+   the process that started it is alive: the workers with a host there are *running*; a
+   worker whose tasks' host files (written since the run started) name a host that is gone is
+   *lost*; workers with no host here (other machines) keep their tasks;
+2. writes the run's next layout generation (``runtime/worker_layout.py``), applying at once:
+   the lost workers' tasks spread over the running workers, every other task where it is;
+3. under exactly-once fences the lost workers' transactional ids (``init_transactions``), so
+   a lost worker's host that still lives (a network partition, a stalled process) can commit
+   nothing more;
+4. hands each running worker's host its new tasks (``AdoptTasksRequest``): it rebuilds them
+   from their last commit (snapshot and changelog tail) inside the epoch it runs and commits
+   them in its transaction. A host whose epoch just ended gets them from its next epoch call,
+   which reads the layout. The lost workers' epochs, re-run by Spark, find no tasks in the
+   layout and end at once.
+
+When executors come back (``on_added``) and Spark has a slot for every worker again, the next
+batch's end (``after_batch``) writes a generation that spreads the tasks over every worker
+again (balanced, sticky: only what must move does) from the next epoch on: each moved task's
+last commit was made in an epoch that ended before that epoch began, so no two workers hold a
+task in one epoch.
+
+Only hosts on the driver's machine can be asked; with none there (the driver on a machine of
+its own) nothing is moved and the runner cuts the epochs instead (``executor_watch.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+from processor_api.logging import get_logger
+from processor_api.runtime.host_client import HOST_FILE, request
+from processor_api.runtime.protocol import (
+    AdoptTasksReply,
+    AdoptTasksRequest,
+    WorkerStatusReply,
+    WorkerStatusRequest,
+)
+from processor_api.runtime.worker_layout import LayoutGeneration, LayoutLocation, WorkerLayout
+from processor_api.spark.assignment import (
+    Assignment,
+    assign_tasks,
+    move_lost_tasks,
+    record_assignment,
+)
+from processor_api.spark.checkpoint_files import CheckpointFiles
+
+_log = get_logger("processor_api.runner")
+
+#: How long the driver waits for a host's answer about its worker (seconds).
+STATUS_TIMEOUT_S = 2.0
+#: How long the driver waits for a host to take tasks (seconds).
+ADOPT_TIMEOUT_S = 5.0
+
+
+class Failover:
+    """Moves a run's tasks between its workers when executors are lost or come back (see
+    the module docs)."""
+
+    def __init__(
+        self,
+        *,
+        location: LayoutLocation,
+        checkpoint: CheckpointFiles,
+        run_id: str,
+        application_id: str,
+        task_ids: Sequence[str],
+        assignment: Assignment,
+        stateful: Collection[str],
+        state_dirs: Callable[[], list[Path]],
+        started_at: float,
+        slots: Callable[[], int],
+        fence: Callable[[list[str]], None] | None,
+    ) -> None:
+        self._location = location
+        self._checkpoint = checkpoint
+        self._run_id = run_id
+        self._application_id = application_id
+        self._workers = list(assignment)
+        self._task_ids = list(task_ids)
+        self._stateful = set(stateful)
+        self._state_dirs = state_dirs
+        self._started_at = started_at
+        self._slots = slots
+        self._fence = fence
+        self._layout = WorkerLayout(run_id, (LayoutGeneration(0, 0, dict(assignment)),))
+        self._spread_wanted = False
+        self._lock = threading.Lock()
+
+    @property
+    def layout(self) -> WorkerLayout:
+        """The run's layout as last written (or as it started)."""
+        return self._layout
+
+    # ------------------------------------------------------------------ loss
+    def on_lost(self) -> bool:
+        """Executors were lost: move the lost workers' tasks to running workers; False when
+        nothing could be moved (no running or no lost worker seen on this machine)."""
+        with self._lock:
+            hosts, lost = self._survey()
+            current = self._layout.newest.workers
+            lost = [w for w in lost if current.get(w)]
+            running = [w for w in self._workers if w in hosts]
+            if not running or not lost:
+                _log.info(
+                    "tasks_not_moved",
+                    running=running,
+                    lost=lost,
+                    detail="no running and lost workers seen on this machine: the running "
+                    "epochs are cut instead",
+                )
+                return False
+            moved = move_lost_tasks(current, lost, running, self._stateful)
+            self._write(0, moved)
+            if self._fence is not None:
+                self._fence(lost)
+            adopted: dict[str, list[str]] = {}
+            for worker in running:
+                new = tuple(t for t in moved[worker] if t not in current.get(worker, ()))
+                if new and self._adopt(hosts[worker], new):
+                    adopted[worker] = list(new)
+            self._spread_wanted = False
+            _log.info(
+                "tasks_moved",
+                lost=lost,
+                to={w: [t for t in moved[w] if t not in current.get(w, ())] for w in running},
+                adopted_at_once=adopted,
+                generation=self._layout.newest.generation,
+            )
+            return True
+
+    def _survey(self) -> tuple[dict[str, str], list[str]]:
+        """(the running workers' host names, the workers whose hosts here are gone)."""
+        hosts_of_tasks: dict[str, str] = {}
+        for directory in self._state_dirs():
+            for task_id in self._task_ids:
+                path = directory / self._application_id / task_id / HOST_FILE
+                try:
+                    if path.stat().st_mtime < self._started_at:
+                        continue  # written by an earlier run
+                    hosts_of_tasks[task_id] = path.read_text().strip()
+                except OSError:
+                    continue
+        running: dict[str, str] = {}
+        gone: set[str] = set()
+        for name in set(hosts_of_tasks.values()):
+            status = self._status(name)
+            if status is not None and status.worker is not None and status.owner_alive:
+                running[status.worker] = name
+            else:
+                gone.add(name)
+        owner = {t: w for w, tasks in self._layout.newest.workers.items() for t in tasks}
+        lost = {
+            owner[t]
+            for t, name in hosts_of_tasks.items()
+            if name in gone and t in owner and owner[t] not in running
+        }
+        return running, sorted(lost)
+
+    def _status(self, name: str) -> WorkerStatusReply | None:
+        try:
+            reply = request(name, WorkerStatusRequest(self._run_id), timeout_s=STATUS_TIMEOUT_S)
+        except (OSError, ConnectionError):
+            return None
+        return reply if isinstance(reply, WorkerStatusReply) else None
+
+    def _adopt(self, name: str, tasks: tuple[str, ...]) -> bool:
+        try:
+            reply = request(name, AdoptTasksRequest(self._run_id, tasks), timeout_s=ADOPT_TIMEOUT_S)
+        except (OSError, ConnectionError):
+            return False
+        return isinstance(reply, AdoptTasksReply) and reply.accepted
+
+    # --------------------------------------------------------------- spread
+    def on_added(self) -> None:
+        """Executors registered: spread the tasks over every worker again at the next batch's
+        end, if some worker holds none and Spark has a slot for each by then."""
+        with self._lock:
+            if any(not self._layout.newest.workers.get(w) for w in self._workers):
+                self._spread_wanted = True
+
+    def after_batch(self, last_epoch: int) -> None:
+        """A batch ended (every epoch call of it returned; the next has not begun): write the
+        spread asked for by :meth:`on_added`, for the epochs after ``last_epoch``."""
+        with self._lock:
+            if not self._spread_wanted or self._slots() < len(self._workers):
+                return
+            current = self._layout.newest.workers
+            previous = {t: w for w, tasks in current.items() for t in tasks}
+            spread = assign_tasks(self._task_ids, self._workers, self._stateful, previous)
+            self._spread_wanted = False
+            if spread == {w: current.get(w, ()) for w in self._workers}:
+                return
+            self._write(last_epoch + 1, spread)
+            _log.info(
+                "tasks_spread",
+                from_epoch=last_epoch + 1,
+                workers={w: len(t) for w, t in spread.items()},
+                generation=self._layout.newest.generation,
+            )
+
+    def _write(self, from_epoch: int, workers: Assignment) -> None:
+        self._layout = self._layout.with_generation(from_epoch, workers)
+        self._location.write(self._layout)
+        record_assignment(self._checkpoint, dict(workers))
