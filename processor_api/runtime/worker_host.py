@@ -34,8 +34,9 @@ key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
 * between two epochs of a continuous run goes on processing for up to ``EPOCH_GAP_S``
   (committed by the next epoch, dropped if none comes), so records arriving while Spark plans
   the next epoch are not held up;
-* exits when the pyspark daemon that started it is gone (the executor ended or was killed),
-  without closing anything: what it had not committed is done again from the committed state.
+* exits when the pyspark daemon that started it is gone, or has another parent (its executor
+  ended or was killed), without closing anything: what it had not committed is done again
+  from the committed state.
 """
 
 from __future__ import annotations
@@ -112,9 +113,9 @@ LINK_SWITCH_INTERVAL_S = 0.001
 class WorkerHost:
     """The request handler and the poll loop of one worker's host process."""
 
-    def __init__(self, name: str, owner_pid: int | None = None) -> None:
+    def __init__(self, name: str, owner: Owner | None = None) -> None:
         self.name = name
-        self._owner_pid = owner_pid  # the pyspark daemon (or driver) that started this host
+        self._owner = owner  # the pyspark daemon (or driver) that started this host
         self.runners: dict[str, EpochTaskRunner] = {}
         self._input: WorkerInput | None = None
         self._topology_run: str | None = None
@@ -386,9 +387,8 @@ class WorkerHost:
         serving = self._serving
         worker = serving[1] if serving is not None and serving[0] == run_id else None
         running = worker is not None and self._epoch_run == run_id and not self._epoch_cut
-        return WorkerStatusReply(
-            worker=worker, epoch_running=running, owner_alive=_alive(self._owner_pid)
-        )
+        alive = self._owner is None or self._owner.alive()
+        return WorkerStatusReply(worker=worker, epoch_running=running, owner_alive=alive)
 
     def adopt(self, run_id: str, tasks: tuple[str, ...]) -> bool:
         """Queue ``tasks`` for the running epoch of run ``run_id`` (acceptor thread); False
@@ -887,17 +887,36 @@ def _error_reply_for(message: Any) -> ErrorReply:
     return ErrorReply("StreamsError", f"a worker host serves no {type(message).__name__}", "")
 
 
-def _alive(pid: int | None) -> bool:
-    """Whether process ``pid`` exists (True when unknown or not ours to signal)."""
-    if pid is None:
-        return True
+def _parent_of(pid: int) -> int | None:
+    """The parent process id of ``pid`` (None: unknown, or no such process)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # after the name, which may hold spaces
+
+
+class Owner:
+    """The process that started this host (an executor's pyspark daemon, or the driver) and
+    that process's parent when the host started (the executor's JVM).
+
+    When an executor's JVM is killed, its pyspark daemon notices within about a second and
+    exits; but it is given another parent at once, so a changed parent tells sooner that the
+    executor is gone."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.parent = _parent_of(pid)
+
+    def alive(self) -> bool:
+        """Whether the owner runs, under the parent it had."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return self.parent is None or _parent_of(self.pid) in (self.parent, None)
 
 
 @dataclass(frozen=True)
@@ -909,16 +928,12 @@ class _EpochContext:
     end_requested: Callable[[], bool]
 
 
-def _watch(daemon_pid: int) -> None:
-    """Exit when the pyspark daemon that started this host is gone."""
+def _watch(owner: Owner) -> None:
+    """Exit when the pyspark daemon that started this host, or its executor, is gone."""
     while True:
         time.sleep(WATCH_INTERVAL_S)
-        try:
-            os.kill(daemon_pid, 0)
-        except ProcessLookupError:
+        if not owner.alive():
             os._exit(0)
-        except PermissionError:
-            pass
 
 
 #: A host that gets no request for this long closes its tasks and exits: Spark runs the
@@ -1004,8 +1019,9 @@ def serve(name: str, daemon_pid: int) -> None:
         return  # another host of this worker already serves the name
     server.listen(8)
     get_logger("processor_api.worker_host").debug("task_host_listening", host=name)
-    threading.Thread(target=_watch, args=(daemon_pid,), daemon=True).start()
-    host = WorkerHost(name, daemon_pid)
+    owner = Owner(daemon_pid)
+    threading.Thread(target=_watch, args=(owner,), daemon=True).start()
+    host = WorkerHost(name, owner)
     requests: queue.Queue = queue.Queue()
     host.wake_main = lambda: requests.put((_Wake(), None))
     acceptor = threading.Thread(target=_accept, args=(server, host, requests), daemon=True)

@@ -9,7 +9,10 @@ workers still running (``on_lost``, from the executor watch):
 1. it asks the worker hosts on this machine which worker each serves in this run and whether
    the process that started it is alive: the workers with a host there are *running*; a
    worker whose tasks' host files (written since the run started) name a host that is gone is
-   *lost*; workers with no host here (other machines) keep their tasks;
+   *lost*; workers with no host here (other machines) keep their tasks, and so do workers
+   Spark already re-ran in a free slot (their new host answers). A host tells that its
+   executor is gone as soon as its pyspark daemon has another parent; while every host still
+   answers the driver asks again, up to ``LOSS_SETTLE_S``;
 2. writes the run's next layout generation (``runtime/worker_layout.py``), applying at once:
    the lost workers' tasks spread over the running workers, every other task where it is;
 3. under exactly-once fences the lost workers' transactional ids (``init_transactions``), so
@@ -33,7 +36,9 @@ its own) nothing is moved and the runner cuts the epochs instead (``executor_wat
 
 from __future__ import annotations
 
+import enum
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
@@ -56,10 +61,26 @@ from processor_api.spark.checkpoint_files import CheckpointFiles
 
 _log = get_logger("processor_api.runner")
 
+
+class LossOutcome(enum.Enum):
+    """What :meth:`Failover.on_lost` found and did."""
+
+    #: the lost workers' tasks went to running workers
+    MOVED = "moved"
+    #: every worker seen on this machine runs: nothing to move
+    NONE_LOST = "none lost"
+    #: no worker of the run seen on this machine: the driver cannot tell (it cuts the epochs)
+    UNKNOWN = "unknown"
+
+
 #: How long the driver waits for a host's answer about its worker (seconds).
 STATUS_TIMEOUT_S = 2.0
 #: How long the driver waits for a host to take tasks (seconds).
 ADOPT_TIMEOUT_S = 5.0
+#: How long after Spark reported a loss the driver waits for the lost executor's worker hosts
+#: on this machine to be gone (seconds), looking every ``SURVEY_INTERVAL_S``.
+LOSS_SETTLE_S = 2.0
+SURVEY_INTERVAL_S = 0.25
 
 
 class Failover:
@@ -102,23 +123,36 @@ class Failover:
         return self._layout
 
     # ------------------------------------------------------------------ loss
-    def on_lost(self) -> bool:
-        """Executors were lost: move the lost workers' tasks to running workers; False when
-        nothing could be moved (no running or no lost worker seen on this machine)."""
+    def on_lost(self) -> LossOutcome:
+        """Executors were lost: move the lost workers' tasks to running workers (see
+        :class:`LossOutcome` for what else may be found)."""
         with self._lock:
-            hosts, lost = self._survey()
             current = self._layout.newest.workers
-            lost = [w for w in lost if current.get(w)]
-            running = [w for w in self._workers if w in hosts]
-            if not running or not lost:
+            deadline = time.monotonic() + LOSS_SETTLE_S
+            while True:
+                hosts, lost = self._survey()
+                lost = [w for w in lost if current.get(w)]
+                running = [w for w in self._workers if w in hosts]
+                if lost or not running or time.monotonic() >= deadline:
+                    break
+                # Spark sees the loss before the lost executor's processes are gone: its
+                # pyspark daemon notices within a second, its hosts half a second later
+                time.sleep(SURVEY_INTERVAL_S)
+            if not running:
+                _log.info(
+                    "tasks_not_moved",
+                    detail="no worker of the run seen on this machine: the running epochs "
+                    "are cut instead",
+                )
+                return LossOutcome.UNKNOWN
+            if not lost:
                 _log.info(
                     "tasks_not_moved",
                     running=running,
-                    lost=lost,
-                    detail="no running and lost workers seen on this machine: the running "
-                    "epochs are cut instead",
+                    detail="every worker with a host on this machine runs (Spark re-ran the "
+                    "lost ones in free slots, or they were elsewhere)",
                 )
-                return False
+                return LossOutcome.NONE_LOST
             moved = move_lost_tasks(current, lost, running, self._stateful)
             self._write(0, moved)
             if self._fence is not None:
@@ -136,23 +170,27 @@ class Failover:
                 adopted_at_once=adopted,
                 generation=self._layout.newest.generation,
             )
-            return True
+            return LossOutcome.MOVED
 
     def _survey(self) -> tuple[dict[str, str], list[str]]:
-        """(the running workers' host names, the workers whose hosts here are gone)."""
-        hosts_of_tasks: dict[str, str] = {}
+        """(the running workers' host names, the workers whose hosts here are all gone).
+
+        Every host named by a task's host file written since the run started is asked (a
+        task may have one in each executor's state directory: the lost executor's, and the
+        one Spark already re-ran its worker on)."""
+        names_of_tasks: dict[str, set[str]] = {}
         for directory in self._state_dirs():
             for task_id in self._task_ids:
                 path = directory / self._application_id / task_id / HOST_FILE
                 try:
                     if path.stat().st_mtime < self._started_at:
                         continue  # written by an earlier run
-                    hosts_of_tasks[task_id] = path.read_text().strip()
+                    names_of_tasks.setdefault(task_id, set()).add(path.read_text().strip())
                 except OSError:
                     continue
         running: dict[str, str] = {}
         gone: set[str] = set()
-        for name in set(hosts_of_tasks.values()):
+        for name in sorted(set().union(*names_of_tasks.values())):
             status = self._status(name)
             if status is not None and status.worker is not None and status.owner_alive:
                 running[status.worker] = name
@@ -161,8 +199,8 @@ class Failover:
         owner = {t: w for w, tasks in self._layout.newest.workers.items() for t in tasks}
         lost = {
             owner[t]
-            for t, name in hosts_of_tasks.items()
-            if name in gone and t in owner and owner[t] not in running
+            for t, names in names_of_tasks.items()
+            if t in owner and owner[t] not in running and names <= gone
         }
         return running, sorted(lost)
 

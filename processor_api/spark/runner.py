@@ -417,8 +417,10 @@ class TopologyRunner:
             return
         failover = self._failover
         if failover is not None:
+            from processor_api.spark.failover import LossOutcome
+
             try:
-                if failover.on_lost():
+                if failover.on_lost() is not LossOutcome.UNKNOWN:
                     return
             except Exception as exc:  # noqa: BLE001 - the cut below frees the slots instead
                 _log.warning("tasks_not_moved", error=f"{type(exc).__name__}: {exc}")

@@ -42,7 +42,7 @@ from processor_api.runtime.protocol import (
 from processor_api.runtime.worker_layout import LayoutLocation, WorkerLayout
 from processor_api.spark.assignment import ASSIGNMENT_FILE
 from processor_api.spark.checkpoint_files import open_checkpoint
-from processor_api.spark.failover import Failover
+from processor_api.spark.failover import Failover, LossOutcome
 from tests.harness.topics import TopicReader, committed_records, produce, uid
 from tests.runtime.test_worker_fencing import HOLD_ENV, WAIT_S, _start_host, _wait_for
 
@@ -154,7 +154,7 @@ def test_a_lost_workers_task_moves_into_a_running_epoch_and_the_frozen_worker_ca
                 bootstrap, [worker_transactional_id(app, w) for w in workers]
             ),
         )
-        assert failover.on_lost() is True
+        assert failover.on_lost() is LossOutcome.MOVED
         layout = spec_a.layout.read(run_id)  # type: ignore[union-attr]
         assert layout is not None
         assert layout.newest.workers == {"w0": ("0_0", "0_1"), "w1": ()}

@@ -22,7 +22,7 @@ from processor_api.spark.assignment import ASSIGNMENT_FILE, move_lost_tasks
 from processor_api.spark.checkpoint_files import open_checkpoint
 from processor_api.spark.epoch_function import worker_tasks
 from processor_api.spark.executor_watch import ExecutorWatch
-from processor_api.spark.failover import Failover
+from processor_api.spark.failover import Failover, LossOutcome
 
 TASKS = [f"{sub}_{p}" for sub in (0, 1) for p in range(6)]  # 12 tasks
 STATEFUL = {t for t in TASKS if t.startswith("1_")}
@@ -115,7 +115,7 @@ def _failover(tmp_path, slots: list[int]) -> Failover:
 
 def test_without_hosts_on_this_machine_nothing_moves_and_the_runner_cuts(tmp_path):
     failover = _failover(tmp_path, [4])
-    assert failover.on_lost() is False
+    assert failover.on_lost() is LossOutcome.UNKNOWN
     assert not (tmp_path / LAYOUT_FILE).exists()
 
 
