@@ -22,7 +22,11 @@ key, ``<state dir>/<application>/.worker-<id>``, only names it for people). It
   worker;
   ``CloseRequest`` (the run ended) closes every task and exits, after the host stopped
   listening; ``ReleaseRequest`` (another worker on this machine takes a task) closes that
-  task at its next turn, dropping what it had not committed;
+  task at its next turn, dropping what it had not committed; ``WorkerStatusRequest`` (the
+  driver saw an executor go) says which worker of the run this host serves and whether its
+  owner is alive; ``AdoptTasksRequest`` (the driver moved a lost worker's tasks here,
+  ``spark/failover.py``) queues them for the running epoch, whose loop begins them at its next
+  turn, each rebuilt from its last commit;
 * started by the driver of a local run before its query (``spark/early_start.py``), serves an
   ``EarlyStartRequest``: opens the worker's tasks as a first epoch would and, when told to,
   runs them in an epoch of its own until the first epoch's request comes or, in an
@@ -128,6 +132,7 @@ class WorkerHost:
         self._epoch_cut = False
         self._epoch_worker: str | None = None  # the worker of the epoch running now
         self._serving: tuple[str, str] | None = None  # (run, worker) of the last epoch begun
+        self._last_epoch = 0  # the number of the last epoch begun
         #: tasks the driver moved here from a lost worker, for the running epoch to take
         self._adoptions: list[str] = []
         self._adoptions_lock = threading.Lock()
@@ -285,7 +290,7 @@ class WorkerHost:
             for task in request.tasks
         ):
             self._transaction.renew()
-        self._serving = (spec.run_id, request.worker)
+        self._serving, self._last_epoch = (spec.run_id, request.worker), request.epoch
         replies: dict[str, EpochReply] = {}
         active: dict[str, EpochTaskRunner] = {}
         context = _EpochContext(request, connected, end_requested)
@@ -508,8 +513,11 @@ class WorkerHost:
 
     # ------------------------------------------------------------ between epochs
     def between_epochs(self, until: float, stop: Callable[[], bool]) -> None:
-        """Go on processing until ``until`` or until a request comes (see ``EPOCH_GAP_S``)."""
-        runners = dict(self.runners)
+        """Go on processing until ``until`` or until a request comes (see ``EPOCH_GAP_S``);
+        not the tasks the run's layout gives other workers from the next epoch on: what they
+        did now would be dropped, and with it what the others did (one transaction)."""
+        staying = self._staying_next_epoch()
+        runners = {t: r for t, r in self.runners.items() if staying is None or t in staying}
         if not runners:
             return
         for runner in runners.values():
@@ -539,6 +547,19 @@ class WorkerHost:
         finally:
             for runner in runners.values():
                 runner.end_gap()
+
+    def _staying_next_epoch(self) -> tuple[str, ...] | None:
+        """The tasks this host's worker holds in the epoch after its last, by the run's layout
+        (None: no layout says)."""
+        spec, serving = self._spec, self._serving
+        if spec is None or spec.layout is None or serving is None or serving[0] != spec.run_id:
+            return None
+        try:
+            layout = spec.layout.read(spec.run_id)
+        except (OSError, ValueError) as exc:
+            self._log.warning("layout_unreadable", error=f"{type(exc).__name__}: {exc}")
+            return None
+        return None if layout is None else layout.tasks_of(serving[1], self._last_epoch + 1)
 
     def epoch_gap_expired(self) -> None:
         """No epoch came in time: drop what was done since the last commit."""

@@ -101,6 +101,7 @@ def _batch(task: str, records: int, positions: dict[str, int]) -> list[dict]:
         "restored": 0,
         "positions": json.dumps(positions),
         "duration_ms": 1.0,
+        "epoch": 1,
     }
     return [row]
 

@@ -12,6 +12,7 @@ once. A host that begins an epoch after such a move closes the task the layout t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -224,3 +225,54 @@ def test_an_epoch_that_begins_after_its_task_moved_leaves_it_alone(kafka, tmp_pa
             host_b.wait(WAIT_S)
         except Exception:  # noqa: BLE001 - a host that does not exit is killed
             host_b.kill()
+
+
+def test_between_epochs_a_worker_leaves_alone_the_tasks_the_layout_moves_away(kafka, tmp_path):
+    """Executors came back: the driver's spread gives ``0_1`` to w1 from epoch 2. w0 reads it
+    at the end of epoch 1 and, between epochs, processes only ``0_0``: in epoch 2 it lets
+    ``0_1`` go with nothing uncommitted, so its transaction (and with it ``0_0``'s work since
+    epoch 1) is not aborted."""
+    run_id = uid()
+    app, source, sink = f"spread-{run_id}", f"spread-in-{run_id}", f"spread-out-{run_id}"
+    kafka.create_topic(source, 2)
+    kafka.create_topic(sink, 1)
+    kafka.create_topic(commit_marker_topic(app), 2)
+    spec, _ = _specs(kafka, tmp_path, run_id, app, source, sink)
+    both = {"w0": ("0_0", "0_1"), "w1": ()}
+    spec = dataclasses.replace(spec, assignment=both)
+    layout = WorkerLayout(run_id, ()).with_generation(0, both)
+    spec.layout.write(layout.with_generation(2, dict(START)))  # type: ignore[union-attr]
+    name = f"worker-a-{uuid.uuid4().hex}"
+    host = _start_host(name, tmp_path / "a", {})
+    bootstrap = kafka.bootstrap_servers
+    try:
+        first = WorkerEpochRequest(
+            spec, "w0", tuple(TaskEpoch(t, None) for t in both["w0"]), 1, EpochEnd(duration_s=2.0)
+        )
+        reply = _Call(name, first).result()
+        assert isinstance(reply, WorkerEpochReply) and sorted(reply.replies) == ["0_0", "0_1"]
+
+        produce(bootstrap, source, _values(0, 2) + _values(1, 2))  # between the epochs
+        with TopicReader(bootstrap, sink, bytes.decode, bytes.decode) as out:  # uncommitted too
+            out.wait_for(
+                lambda records: {"p0-v0", "p0-v1"} <= {r.value for r in records}, timeout_s=WAIT_S
+            )
+        second = WorkerEpochRequest(
+            spec,
+            "w0",
+            (TaskEpoch("0_0", reply.replies["0_0"].metadata_json),),
+            2,
+            EpochEnd(duration_s=2.0),
+        )
+        later = _Call(name, second).result()
+        assert isinstance(later, WorkerEpochReply) and sorted(later.replies) == ["0_0"]
+        kept = later.replies["0_0"]
+        assert not kept.rebuilt, "0_0 was rebuilt: the worker's transaction was aborted"
+        committed, _ = committed_records(bootstrap, sink)
+        assert sorted(r.value.decode() for r in committed) == ["p0-v0", "p0-v1"]
+    finally:
+        request(name, CloseRequest(), timeout_s=WAIT_S)
+        try:
+            host.wait(WAIT_S)
+        except Exception:  # noqa: BLE001 - a host that does not exit is killed
+            host.kill()

@@ -158,3 +158,15 @@ def test_the_watch_reports_executors_added_to_on_added():
     for _ in range(3):
         watch.poll()
     assert called.is_set() and added == [{"c:3"}]
+
+
+def test_executors_back_with_slots_spread_at_once_from_the_epoch_after_the_next(tmp_path):
+    failover = _failover(tmp_path, [4])
+    failover._last_epoch = lambda: 20  # the last batch that ended; the next one may be running
+    failover._write(0, move_lost_tasks(START, ["w2", "w3"], ["w0", "w1"], STATEFUL))
+    failover.on_added()
+    layout = LayoutLocation(str(tmp_path)).read("run")
+    assert layout is not None and layout.newest.from_epoch == 22
+    assert sorted(len(t) for t in layout.newest.workers.values()) == [3, 3, 3, 3]
+    failover.after_batch(last_epoch=21)  # written already: not again
+    assert len(LayoutLocation(str(tmp_path)).read("run").generations) == 3  # type: ignore[union-attr]
