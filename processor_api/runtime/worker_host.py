@@ -55,7 +55,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,6 @@ class WorkerHost:
         #: to end that epoch now (an executor was lost: Spark needs the slot)
         self._epoch_run: str | None = None
         self._epoch_cut = False
-        self._epoch_worker: str | None = None  # the worker of the epoch running now
         self._serving: tuple[str, str] | None = None  # (run, worker) of the last epoch begun
         self._last_epoch = 0  # the number of the last epoch begun
         #: tasks the driver moved here from a lost worker, for the running epoch to take
@@ -299,7 +298,7 @@ class WorkerHost:
                 self._begin_task(context, task, active, replies)
             self._drop_unassigned(request, active, replies)
             with self._adoptions_lock:
-                self._epoch_context, self._epoch_worker = context, request.worker
+                self._epoch_context = context
             self._loop(active, replies, connected)
         except EpochAbandoned as exc:
             self._log.info("epoch_abandoned", epoch=request.epoch, detail=str(exc))
@@ -310,7 +309,7 @@ class WorkerHost:
             raise
         finally:
             with self._adoptions_lock:
-                self._epoch_run, self._epoch_worker, self._epoch_context = None, None, None
+                self._epoch_run, self._epoch_context = None, None
                 self._adoptions = []
         return WorkerEpochReply(replies)
 
@@ -382,7 +381,7 @@ class WorkerHost:
         for task_id in self._take_adoptions():
             if context is None or task_id in active or task_id in replies:
                 continue
-            self._begin_task(context, TaskEpoch(task_id, None), active, replies)
+            self._begin_task(context.joined_now(), TaskEpoch(task_id, None), active, replies)
             get_logger("processor_api.worker_host", task=task_id).info(
                 "task_adopted", worker=context.request.worker, epoch=context.request.epoch
             )
@@ -947,6 +946,17 @@ class _EpochContext:
     request: WorkerEpochRequest
     connected: Callable[[], bool]
     end_requested: Callable[[], bool]
+    began_at: float = field(default_factory=time.monotonic)
+
+    def joined_now(self) -> _EpochContext:
+        """The context for a task that joins the epoch now: it ends with the epoch's other
+        tasks (what is left of a timed epoch's length)."""
+        end = self.request.end
+        if end.duration_s is None:
+            return self
+        left_s = max(0.0, end.duration_s - (time.monotonic() - self.began_at))
+        request = replace(self.request, end=replace(end, duration_s=left_s))
+        return replace(self, request=request)
 
 
 def _watch(owner: Owner) -> None:

@@ -24,13 +24,13 @@ workers still running (``on_lost``, from the executor watch):
    which reads the layout. The lost workers' epochs, re-run by Spark, find no tasks in the
    layout and end at once.
 
-When executors come back (``on_added``) and Spark has a slot for every worker again, it writes
-a generation that spreads the tasks over every worker again (balanced, sticky: only what must
-move does) from the epoch after the next (or, if the slots come later, from the epoch after a
-batch's end, ``after_batch``): each moved task's last commit was made in an epoch that ended
-before that epoch began, so no two workers hold a task in one epoch; and a running worker that
-reads at its epoch's end that a task leaves it does not process that task between epochs (its
-work there would be dropped, and with it, in one transaction, the other tasks').
+When executors come back (``on_added``) and Spark has a slot for every worker again, the end
+of the next batch (``after_batch``) writes a generation that spreads the tasks over every
+worker again (balanced, sticky: only what must move does) from the epoch after the next: each
+moved task's last commit was made in an epoch that ended before that epoch began, so no two
+workers hold a task in one epoch; and a running worker that reads at its epoch's end that a
+task leaves it does not process that task between epochs (its work there would be dropped,
+and with it, in one transaction, the other tasks').
 
 Only hosts on the driver's machine can be asked; with none there (the driver on a machine of
 its own) nothing is moved and the runner cuts the epochs instead (``executor_watch.py``).
@@ -103,7 +103,6 @@ class Failover:
         started_at: float,
         slots: Callable[[], int],
         fence: Callable[[list[str]], None] | None,
-        last_epoch: Callable[[], int] = lambda: 0,
     ) -> None:
         self._location = location
         self._checkpoint = checkpoint
@@ -116,7 +115,6 @@ class Failover:
         self._started_at = started_at
         self._slots = slots
         self._fence = fence
-        self._last_epoch = last_epoch
         self._layout = WorkerLayout(run_id, (LayoutGeneration(0, 0, dict(assignment)),))
         self._spread_wanted = False
         self._lock = threading.Lock()
@@ -225,40 +223,34 @@ class Failover:
     # --------------------------------------------------------------- spread
     def on_added(self) -> None:
         """Executors registered: if some worker holds no task, spread the tasks over every
-        worker again, from the epoch after the next if Spark has a slot for each worker now
-        (written now, the running workers learn it before their epoch ends and leave the
-        moving tasks alone between epochs), else at a later batch's end."""
+        worker again once Spark has a slot for each (:meth:`after_batch`)."""
         with self._lock:
             if any(not self._layout.newest.workers.get(w) for w in self._workers):
                 self._spread_wanted = True
-                # the batch running now ends only after this (after_batch takes the lock):
-                # the epoch after the next has not begun anywhere
-                self._spread(self._last_epoch() + 2)
 
     def after_batch(self, last_epoch: int) -> None:
         """A batch ended (every epoch call of it returned; the next has not begun): write the
-        spread asked for by :meth:`on_added` and not written yet, for the epochs after
-        ``last_epoch``."""
+        spread asked for by :meth:`on_added`, if Spark has the slots, for the epochs from the
+        one after the next. Not the next: the running workers read the layout when their
+        epoch ends, to leave the tasks that move alone between epochs (their work there
+        would be dropped, and with it, in one transaction, their other tasks'), and the
+        workers of ``last_epoch`` had ended theirs before this was written."""
         with self._lock:
-            self._spread(last_epoch + 1)
-
-    def _spread(self, from_epoch: int) -> None:
-        """Write the spread :meth:`on_added` asked for (lock held), if Spark has the slots."""
-        if not self._spread_wanted or self._slots() < len(self._workers):
-            return
-        current = self._layout.newest.workers
-        previous = {t: w for w, tasks in current.items() for t in tasks}
-        spread = assign_tasks(self._task_ids, self._workers, self._stateful, previous)
-        self._spread_wanted = False
-        if spread == {w: current.get(w, ()) for w in self._workers}:
-            return
-        self._write(from_epoch, spread)
-        _log.info(
-            "tasks_spread",
-            from_epoch=from_epoch,
-            workers={w: len(t) for w, t in spread.items()},
-            generation=self._layout.newest.generation,
-        )
+            if not self._spread_wanted or self._slots() < len(self._workers):
+                return
+            current = self._layout.newest.workers
+            previous = {t: w for w, tasks in current.items() for t in tasks}
+            spread = assign_tasks(self._task_ids, self._workers, self._stateful, previous)
+            self._spread_wanted = False
+            if spread == {w: current.get(w, ()) for w in self._workers}:
+                return
+            self._write(last_epoch + 2, spread)
+            _log.info(
+                "tasks_spread",
+                from_epoch=last_epoch + 2,
+                workers={w: len(t) for w, t in spread.items()},
+                generation=self._layout.newest.generation,
+            )
 
     def _write(self, from_epoch: int, workers: Assignment) -> None:
         self._layout = self._layout.with_generation(from_epoch, workers)

@@ -397,7 +397,6 @@ class TopologyRunner:
             started_at=started_at,
             slots=lambda: slots_of(spark),
             fence=self._fence_workers if self.config.exactly_once else None,
-            last_epoch=lambda: self._progress.last_epoch,
         )
 
     def _on_batch(self, frame: Any, batch_id: int) -> None:

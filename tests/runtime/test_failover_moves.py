@@ -53,6 +53,27 @@ START = {"w0": ("0_0",), "w1": ("0_1",)}
 EPOCH = EpochEnd(duration_s=300.0)  # longer than the test: epochs end when asked
 
 
+def _topics(kafka, prefix: str) -> tuple[str, str, str, str]:
+    """(run id, application, source with 2 partitions, sink), created with the markers."""
+    run_id = uid()
+    app, source, sink = f"{prefix}-{run_id}", f"{prefix}-in-{run_id}", f"{prefix}-out-{run_id}"
+    kafka.create_topic(source, 2)
+    kafka.create_topic(sink, 1)
+    kafka.create_topic(commit_marker_topic(app), 2)
+    return run_id, app, source, sink
+
+
+def _close(hosts: dict[str, Any]) -> None:
+    """Close the hosts (by name: process) and wait for them to exit."""
+    for name in hosts:
+        request(name, CloseRequest(), timeout_s=WAIT_S)
+    for host in hosts.values():
+        try:
+            host.wait(WAIT_S)
+        except Exception:  # noqa: BLE001 - a host that does not exit is killed
+            host.kill()
+
+
 def _specs(kafka, tmp_path: Path, run_id: str, app: str, source: str, sink: str):
     def spec(state_dir: Path) -> JobSpec:
         return JobSpec(
@@ -113,11 +134,7 @@ def _values(partition: int, count: int, start: int = 0) -> list[tuple[bytes, byt
 def test_a_lost_workers_task_moves_into_a_running_epoch_and_the_frozen_worker_cannot_commit(
     kafka, tmp_path
 ):
-    run_id = uid()
-    app, source, sink = f"move-{run_id}", f"move-in-{run_id}", f"move-out-{run_id}"
-    kafka.create_topic(source, 2)
-    kafka.create_topic(sink, 1)
-    kafka.create_topic(commit_marker_topic(app), 2)
+    run_id, app, source, sink = _topics(kafka, "move")
     spec_a, spec_b = _specs(kafka, tmp_path, run_id, app, source, sink)
     hold_dir = tmp_path / "hold"
     hold_dir.mkdir()
@@ -191,21 +208,11 @@ def test_a_lost_workers_task_moves_into_a_running_epoch_and_the_frozen_worker_ca
     finally:
         os.kill(host_b.pid, signal.SIGCONT)
         (hold_dir / "release").touch()
-        for name in (name_a, name_b):
-            request(name, CloseRequest(), timeout_s=WAIT_S)
-        for host in (host_a, host_b):
-            try:
-                host.wait(WAIT_S)
-            except Exception:  # noqa: BLE001 - a host that does not exit is killed
-                host.kill()
+        _close({name_a: host_a, name_b: host_b})
 
 
 def test_an_epoch_that_begins_after_its_task_moved_leaves_it_alone(kafka, tmp_path):
-    run_id = uid()
-    app, source, sink = f"moved-{run_id}", f"moved-in-{run_id}", f"moved-out-{run_id}"
-    kafka.create_topic(source, 2)
-    kafka.create_topic(sink, 1)
-    kafka.create_topic(commit_marker_topic(app), 2)
+    run_id, app, source, sink = _topics(kafka, "moved")
     _, spec_b = _specs(kafka, tmp_path, run_id, app, source, sink)
     spec_b.layout.write(  # type: ignore[union-attr]
         WorkerLayout(run_id, ()).with_generation(0, {"w0": ("0_0", "0_1"), "w1": ()})
@@ -220,11 +227,7 @@ def test_an_epoch_that_begins_after_its_task_moved_leaves_it_alone(kafka, tmp_pa
         kept, _ = committed_records(kafka.bootstrap_servers, sink)
         assert kept == []
     finally:
-        request(name_b, CloseRequest(), timeout_s=WAIT_S)
-        try:
-            host_b.wait(WAIT_S)
-        except Exception:  # noqa: BLE001 - a host that does not exit is killed
-            host_b.kill()
+        _close({name_b: host_b})
 
 
 def test_between_epochs_a_worker_leaves_alone_the_tasks_the_layout_moves_away(kafka, tmp_path):
@@ -232,11 +235,7 @@ def test_between_epochs_a_worker_leaves_alone_the_tasks_the_layout_moves_away(ka
     at the end of epoch 1 and, between epochs, processes only ``0_0``: in epoch 2 it lets
     ``0_1`` go with nothing uncommitted, so its transaction (and with it ``0_0``'s work since
     epoch 1) is not aborted."""
-    run_id = uid()
-    app, source, sink = f"spread-{run_id}", f"spread-in-{run_id}", f"spread-out-{run_id}"
-    kafka.create_topic(source, 2)
-    kafka.create_topic(sink, 1)
-    kafka.create_topic(commit_marker_topic(app), 2)
+    run_id, app, source, sink = _topics(kafka, "spread")
     spec, _ = _specs(kafka, tmp_path, run_id, app, source, sink)
     both = {"w0": ("0_0", "0_1"), "w1": ()}
     spec = dataclasses.replace(spec, assignment=both)
@@ -271,8 +270,4 @@ def test_between_epochs_a_worker_leaves_alone_the_tasks_the_layout_moves_away(ka
         committed, _ = committed_records(bootstrap, sink)
         assert sorted(r.value.decode() for r in committed) == ["p0-v0", "p0-v1"]
     finally:
-        request(name, CloseRequest(), timeout_s=WAIT_S)
-        try:
-            host.wait(WAIT_S)
-        except Exception:  # noqa: BLE001 - a host that does not exit is killed
-            host.kill()
+        _close({name: host})

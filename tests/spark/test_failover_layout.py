@@ -119,7 +119,7 @@ def test_without_hosts_on_this_machine_nothing_moves_and_the_runner_cuts(tmp_pat
     assert not (tmp_path / LAYOUT_FILE).exists()
 
 
-def test_executors_back_spread_the_tasks_again_from_the_next_epoch_once_slots_suffice(tmp_path):
+def test_executors_back_spread_the_tasks_again_two_epochs_on_once_slots_suffice(tmp_path):
     failover = _failover(tmp_path, [2])
     location = LayoutLocation(str(tmp_path))
     lost = move_lost_tasks(START, ["w2", "w3"], ["w0", "w1"], STATEFUL)
@@ -134,8 +134,8 @@ def test_executors_back_spread_the_tasks_again_from_the_next_epoch_once_slots_su
     layout = location.read("run")
     assert layout is not None and len(layout.generations) == 3
     spread = layout.newest
-    assert spread.from_epoch == 13  # the next batch's epoch: none of its calls has begun
-    assert layout.tasks_of("w0", 12) == lost["w0"]  # the epochs before keep the loss's
+    assert spread.from_epoch == 14  # the workers of epoch 13 read it when that epoch ends
+    assert layout.tasks_of("w0", 13) == lost["w0"]  # the epochs before keep the loss's
     assert sorted(len(t) for t in spread.workers.values()) == [3, 3, 3, 3]
     kept = {w: set(spread.workers[w]) & set(lost[w]) for w in ("w0", "w1")}
     assert all(len(tasks) == 3 for tasks in kept.values())  # sticky: only the surplus moves
@@ -158,15 +158,3 @@ def test_the_watch_reports_executors_added_to_on_added():
     for _ in range(3):
         watch.poll()
     assert called.is_set() and added == [{"c:3"}]
-
-
-def test_executors_back_with_slots_spread_at_once_from_the_epoch_after_the_next(tmp_path):
-    failover = _failover(tmp_path, [4])
-    failover._last_epoch = lambda: 20  # the last batch that ended; the next one may be running
-    failover._write(0, move_lost_tasks(START, ["w2", "w3"], ["w0", "w1"], STATEFUL))
-    failover.on_added()
-    layout = LayoutLocation(str(tmp_path)).read("run")
-    assert layout is not None and layout.newest.from_epoch == 22
-    assert sorted(len(t) for t in layout.newest.workers.values()) == [3, 3, 3, 3]
-    failover.after_batch(last_epoch=21)  # written already: not again
-    assert len(LayoutLocation(str(tmp_path)).read("run").generations) == 3  # type: ignore[union-attr]
