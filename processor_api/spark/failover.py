@@ -119,11 +119,6 @@ class Failover:
         self._spread_wanted = False
         self._lock = threading.Lock()
 
-    @property
-    def layout(self) -> WorkerLayout:
-        """The run's layout as last written (or as it started)."""
-        return self._layout
-
     # ------------------------------------------------------------------ loss
     def on_lost(self) -> LossOutcome:
         """Executors were lost: move the lost workers' tasks to running workers (see
@@ -209,14 +204,30 @@ class Failover:
     def _status(self, name: str) -> WorkerStatusReply | None:
         try:
             reply = request(name, WorkerStatusRequest(self._run_id), timeout_s=STATUS_TIMEOUT_S)
-        except (OSError, ConnectionError):
+        except TimeoutError:
+            _log.info(
+                "worker_host_silent",
+                host=name,
+                timeout_s=STATUS_TIMEOUT_S,
+                detail="it took the request and did not answer (a stalled process): its "
+                "worker counts as lost",
+            )
             return None
+        except (OSError, ConnectionError):
+            return None  # no such host any more
         return reply if isinstance(reply, WorkerStatusReply) else None
 
     def _adopt(self, name: str, tasks: tuple[str, ...]) -> bool:
         try:
             reply = request(name, AdoptTasksRequest(self._run_id, tasks), timeout_s=ADOPT_TIMEOUT_S)
-        except (OSError, ConnectionError):
+        except (OSError, ConnectionError) as exc:
+            _log.info(
+                "tasks_not_handed_over",
+                host=name,
+                tasks=list(tasks),
+                error=f"{type(exc).__name__}: {exc}",
+                detail="the worker's next epoch takes them, from the layout",
+            )
             return False
         return isinstance(reply, AdoptTasksReply) and reply.accepted
 
