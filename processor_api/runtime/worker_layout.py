@@ -3,7 +3,7 @@
 A run starts with the driver's assignment (``spark/assignment.py``, in the job spec). When an
 executor is lost, its workers' tasks move to the workers still running (their hosts take them
 into the epoch they run), and when executors come back the tasks are spread over every worker
-again from the next epoch on (``spark/failover.py``). Each change is a *generation* of the
+again from the epoch after the next (``spark/failover.py``). Each change is a *generation* of the
 layout, written by the driver to :data:`LAYOUT_FILE` in the run's Spark checkpoint (a shared
 directory on a cluster: the executors read it):
 
@@ -42,10 +42,6 @@ class LayoutGeneration:
     generation: int
     from_epoch: int
     workers: dict[str, tuple[str, ...]]
-
-    def owner(self, task_id: str) -> str | None:
-        """The worker that holds ``task_id`` in this generation."""
-        return next((w for w, tasks in self.workers.items() if task_id in tasks), None)
 
 
 @dataclass(frozen=True)
