@@ -916,17 +916,29 @@ def _parent_of(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])  # after the name, which may hold spaces
 
 
+def _is_jvm(pid: int | None) -> bool:
+    """Whether process ``pid`` is a Java virtual machine (by its command name)."""
+    if pid is None:
+        return False
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
+
+
 class Owner:
-    """The process that started this host (an executor's pyspark daemon, or the driver) and
-    that process's parent when the host started (the executor's JVM).
+    """The process that started this host (an executor's pyspark daemon, or the driver) and,
+    for a daemon, its parent when the host started: the executor's JVM.
 
     When an executor's JVM is killed, its pyspark daemon notices within about a second and
     exits; but it is given another parent at once, so a changed parent tells sooner that the
-    executor is gone."""
+    executor is gone. A driver that started its hosts itself (a local run) may be given
+    another parent and run on (its shell ended): only a JVM parent is watched."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.parent = _parent_of(pid)
+        parent = _parent_of(pid)
+        self.parent = parent if _is_jvm(parent) else None
 
     def alive(self) -> bool:
         """Whether the owner runs, under the parent it had."""
