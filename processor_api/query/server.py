@@ -24,12 +24,12 @@ import base64
 import binascii
 import hmac
 import json
+import selectors
 import socket
-import socketserver
-import threading
+import time
+from collections.abc import Generator
 from datetime import datetime, timezone
 from http import HTTPStatus
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -42,8 +42,9 @@ from processor_api.query.errors import (
     QueryError,
     UnauthorizedError,
 )
+from processor_api.query.event_loop import Connection, EventLoop
 from processor_api.query.position import PARAMETER, PositionBound
-from processor_api.query.router import HostRouter
+from processor_api.query.router import HostRouter, Outcome
 from processor_api.query.routing import StoreRoute, StoreRoutes, encode_key
 from processor_api.runtime.query_link import RenderedEntries, entry_tail, render_entry
 from processor_api.state.json_entries import json_default
@@ -70,8 +71,18 @@ class EncodedJSON:
         self.data = data
 
 
+Answer = dict[str, Any] | EncodedJSON
+#: What a read's steps yield: each (task, request) they send to a worker.
+Ask = tuple[str, dict[str, Any]]
+#: A read's steps: they yield each read they send to a worker (:data:`Ask`), are sent each
+#: (status, body) answered (or have the ``QueryError`` it ended in thrown in), and return
+#: the JSON answer. The query loop runs them without waiting (:class:`QueryServer`);
+#: :meth:`QueryEndpoint.answer` runs them on the calling thread.
+Steps = Generator[Ask, tuple[int, dict[str, Any]], Answer]
+
+
 class QueryEndpoint:
-    """Answers the endpoint's reads (without HTTP: the server's handler calls :meth:`answer`)."""
+    """Answers the endpoint's reads (without HTTP: the server runs :meth:`steps`)."""
 
     def __init__(self, routes: StoreRoutes, router: HostRouter) -> None:
         self.routes = routes
@@ -83,9 +94,26 @@ class QueryEndpoint:
         answer = self.answer(path, params)
         return json.loads(answer.data) if isinstance(answer, EncodedJSON) else answer
 
-    def answer(self, path: str, params: dict[str, str]) -> dict[str, Any] | EncodedJSON:
+    def answer(self, path: str, params: dict[str, str]) -> Answer:
         """The JSON answer to ``GET path?params``, as Python objects or (a range's page)
-        already encoded; raises a :class:`QueryError`."""
+        already encoded, waiting for the workers on this thread (not the query loop's);
+        raises a :class:`QueryError`."""
+        steps = self.steps(path, params)
+        try:
+            task, request = next(steps)
+            while True:
+                try:
+                    answered = self.router.ask(task, request)
+                except QueryError as exc:
+                    task, request = steps.throw(exc)
+                else:
+                    task, request = steps.send(answered)
+        except StopIteration as stop:
+            answer: Answer = stop.value
+            return answer
+
+    def steps(self, path: str, params: dict[str, str]) -> Steps:
+        """The steps of ``GET path?params`` (see :data:`Steps`)."""
         parts = [unquote(p) for p in path.split("/")[1:]]
         if parts == ["stores"]:
             return {"stores": self.routes.describe()}
@@ -95,13 +123,13 @@ class QueryEndpoint:
         committed = _flag(params, "committed")
         bound = _bound(route, params)
         if parts[2] == "keys" and len(parts) == 4:
-            return self._key(route, parts[3], committed, params.get("as_of"), bound)
+            return (yield from self._key(route, parts[3], committed, params.get("as_of"), bound))
         if len(parts) == 3 and parts[2] in ("range", "all"):
             if parts[2] == "all":
                 params = {k: v for k, v in params.items() if k not in ("from", "to")}
-            return self._range(route, params, committed, bound)
+            return (yield from self._range(route, params, committed, bound))
         if len(parts) == 3 and parts[2] in ("window", "sessions"):
-            return self._fetch(route, parts[2], params, committed, bound)
+            return (yield from self._fetch(route, parts[2], params, committed, bound))
         raise NotFoundError(
             f"no endpoint {path!r} for a store; see the manual's Interactive queries page"
         )
@@ -114,7 +142,7 @@ class QueryEndpoint:
         committed: bool,
         as_of: str | None,
         bound: PositionBound | None,
-    ) -> dict[str, Any]:
+    ) -> Generator[Ask, tuple[int, dict[str, Any]], dict[str, Any]]:
         if route.kind not in KEY_VALUE_KINDS + VERSIONED_KINDS:
             what = "sessions" if route.kind in SESSION_KINDS else "window"
             raise BadQueryError(
@@ -131,7 +159,7 @@ class QueryEndpoint:
                    "committed": committed, "limit": 1}  # fmt: skip
         if as_of is not None:
             request["as_of"] = _timestamp("as_of", as_of)
-        answer = self._ask(task, request, bound)
+        answer = yield from self._ask(task, request, bound)
         if not answer["entries"]:
             raise KeyNotFoundError(
                 f"store {route.name!r} holds no value for key {text!r} (task {task})"
@@ -145,7 +173,7 @@ class QueryEndpoint:
         params: dict[str, str],
         committed: bool,
         bound: PositionBound | None,
-    ) -> EncodedJSON:
+    ) -> Generator[Ask, tuple[int, dict[str, Any]], EncodedJSON]:
         if route.kind not in KEY_VALUE_KINDS:
             raise BadQueryError(
                 f"store {route.name!r} is a {route.kind} store: range and all read key-value "
@@ -166,7 +194,7 @@ class QueryEndpoint:
         next_token = None
         while index < len(route.tasks):
             task = route.tasks[index]
-            answer = self._ask(
+            answer = yield from self._ask(
                 task,
                 {
                     "store": route.name,
@@ -212,7 +240,7 @@ class QueryEndpoint:
         params: dict[str, str],
         committed: bool,
         bound: PositionBound | None,
-    ) -> dict[str, Any]:
+    ) -> Generator[Ask, tuple[int, dict[str, Any]], dict[str, Any]]:
         kinds = WINDOW_KINDS if what == "window" else SESSION_KINDS
         if route.kind not in kinds:
             raise BadQueryError(
@@ -235,7 +263,7 @@ class QueryEndpoint:
             for side, field in (("from", "time_from"), ("to", "time_to")):
                 if params.get(side) is not None:
                     request[field] = _timestamp(side, params[side])
-        answer = self._ask(task, request, bound)
+        answer = yield from self._ask(task, request, bound)
         return {
             "entries": [_entry(e, task, answer) for e in answer["entries"]],
             "truncated": bool(answer["more"]),
@@ -243,10 +271,10 @@ class QueryEndpoint:
 
     def _ask(
         self, task: str, request: dict[str, Any], bound: PositionBound | None
-    ) -> dict[str, Any]:
+    ) -> Generator[Ask, tuple[int, dict[str, Any]], dict[str, Any]]:
         if bound is not None:
             request = {**request, "bound": bound.entries()}
-        status, body = self.router.ask(task, request)
+        status, body = yield task, request
         if status == 200:
             return body
         error = str(body.get("error") or f"task {task} answered {status}")
@@ -333,25 +361,60 @@ def _page_token(text: str | None, tasks: int) -> tuple[int, str | None]:
 
 class QueryServer:
     """Serves a :class:`QueryEndpoint` over HTTP on ``host:port`` (0: a free port, in
-    :attr:`port`), in a thread per request; ``token``: the bearer token every request
-    must carry (None: none)."""
+    :attr:`port`), on the query loop of its router (``event_loop.py``: every connection
+    and every worker link on one thread); ``token``: the bearer token every request must
+    carry (None: none)."""
 
     def __init__(self, endpoint: QueryEndpoint, host: str, port: int, token: str | None) -> None:
-        handler = type("_Handler", (_Handler,), {"endpoint": endpoint, "token": token})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
-        self.host, self.port = host, int(self._httpd.server_address[1])
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="query-server", daemon=True
-        )
-        self._thread.start()
+        self.endpoint = endpoint
+        self.token = token
+        self.loop: EventLoop = endpoint.router.loop
+        self._listener = socket.create_server((host, port))
+        self._listener.setblocking(False)
+        self.host, self.port = host, int(self._listener.getsockname()[1])
+        self._connections: set[_HttpConnection] = set()
+        self._closed = False
+        self.loop.run_sync(self._start)
         _log.info("query_server_started", url=f"http://{host}:{self.port}", token=token is not None)
 
+    def _start(self) -> None:
+        self.loop.register(self._listener, selectors.EVENT_READ, self._accept)
+        self._sweep()
+
+    def _accept(self, _events: int) -> None:
+        try:
+            sock, _ = self._listener.accept()
+        except (BlockingIOError, OSError):
+            return
+        self._connections.add(_HttpConnection(self, sock))
+
+    def _sweep(self) -> None:
+        """Close the connections quiet for ``CONNECTION_TIMEOUT_S`` (no request, or an
+        answer the client does not take)."""
+        if self._closed:
+            return
+        timeout_s = CONNECTION_TIMEOUT_S
+        now = time.monotonic()
+        for connection in list(self._connections):
+            if connection.quiet_since(now) >= timeout_s:
+                connection.close("quiet")
+        self.loop.call_later(min(1.0, timeout_s / 4), self._sweep)
+
+    def answered(self, connection: _HttpConnection) -> None:
+        """``connection`` ended (its own call)."""
+        self._connections.discard(connection)
+
     def close(self) -> None:
-        """Stop serving."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        """Stop serving: the listener and every connection close."""
+
+        def stop() -> None:
+            self._closed = True
+            self.loop.unregister(self._listener)
+            self._listener.close()
+            for connection in list(self._connections):
+                connection.close("the server closed")
+
+        self.loop.run_sync(stop)
 
 
 #: The longest a request's head (request line and headers) may be (bytes).
@@ -359,7 +422,7 @@ MAX_HEAD_BYTES = 64 * 1024
 #: The largest request body read and dropped (the endpoint takes none; a larger one: 413).
 MAX_BODY_BYTES = 64 * 1024
 #: A connection that sends nothing for this long, or takes no answer within it, is closed
-#: (seconds): a client that went quiet does not hold a thread of the server for ever.
+#: (seconds): a client that went quiet does not hold a connection for ever.
 CONNECTION_TIMEOUT_S = 60.0
 
 
@@ -371,94 +434,148 @@ class _BadRequest(Exception):
         self.status = status
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    """One connection: HTTP/1.1 requests read and answered one after the other (kept alive
-    unless the client says ``Connection: close`` or speaks HTTP/1.0 without keep-alive).
+class _HttpConnection(Connection):
+    """One client connection on the query loop: HTTP/1.1 requests read and answered one
+    after the other, in order (kept alive unless the client says ``Connection: close`` or
+    speaks HTTP/1.0 without keep-alive). A request's reads go to the workers without
+    waiting (:meth:`HostRouter.ask_later`); the next request is read once it is answered.
 
-    Not :class:`http.server.BaseHTTPRequestHandler`: its header parsing (``email.parser``),
-    its answer written in two sends and its per-request bookkeeping cost the driver about
-    0.4 ms of CPU per lookup (bench/NOTES-issues-35-36.md), CPU the worker hosts want on a
-    small machine. This reads only what the endpoint needs: the request line, the headers
-    (``Authorization``, ``Connection``, a body's ``Content-Length``), and answers in one send.
+    Not :mod:`http.server`: its header parsing (``email.parser``), its answer written in two
+    sends and its thread per connection cost the driver most of its CPU per lookup
+    (bench/NOTES-issues-35-36.md), CPU the worker hosts want on a small machine. This reads
+    only what the endpoint needs: the request line, the headers (``Authorization``,
+    ``Connection``, a body's ``Content-Length``), and answers in one write.
     """
 
-    endpoint: QueryEndpoint
-    token: str | None
+    def __init__(self, server: QueryServer, sock: socket.socket) -> None:
+        self.server = server
+        self._buffer = bytearray()
+        self._busy = False  # a request is being answered
+        self._keep_alive = True
+        self._closing = False  # close once the last answer is taken
+        self._active = time.monotonic()
+        super().__init__(server.loop, sock)
 
-    def handle(self) -> None:
-        """Serve the connection's requests until it closes, errs or idles out."""
-        sock: socket.socket = self.request
-        sock.settimeout(CONNECTION_TIMEOUT_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buffer = b""
-        try:
-            while True:
-                try:
-                    request = _read_request(sock, buffer)
-                except _BadRequest as exc:
-                    sock.sendall(
-                        _answer(exc.status, {"error": str(exc), "code": "bad_request"}, {}, False)
-                    )
-                    return
-                if request is None:
-                    return  # closed between requests
-                method, target, headers, keep_alive, buffer = request
-                body: dict[str, Any] | EncodedJSON
-                if method == "GET":
-                    status, body, extra = self._get(target, headers)
-                else:
-                    status, body, extra = 405, {"error": "the query endpoint is read-only: GET only",
-                                                "code": "method_not_allowed"}, {"Allow": "GET"}  # fmt: skip
-                sock.sendall(_answer(status, body, extra, keep_alive))
-                if not keep_alive:
-                    return
-        except (OSError, TimeoutError):
-            return  # the client went away or went quiet
+    def quiet_since(self, now: float) -> float:
+        """How long the connection has been quiet (seconds): no request while idle, or
+        none of a waiting answer taken."""
+        if self.stalled_since is not None:
+            return now - self.stalled_since
+        return 0.0 if self._busy else now - self._active
 
-    def _get(
-        self, target: str, headers: dict[str, str]
-    ) -> tuple[int, dict[str, Any] | EncodedJSON, dict[str, str]]:
+    def received(self, data: bytes) -> None:
+        self._active = time.monotonic()
+        if self._closing:
+            return  # after a last answer, nothing more is read
+        self._buffer += data
+        self._next()
+
+    def _next(self) -> None:
+        """Answer the next whole request in the buffer, if none is being answered."""
+        while not self._busy and not self._closing and not self.closed:
+            try:
+                request = _parse_request(self._buffer)
+            except _BadRequest as exc:
+                self._closing = True
+                self.write(
+                    _answer(exc.status, {"error": str(exc), "code": "bad_request"}, {}, False)
+                )
+                self._close_when_sent()
+                return
+            if request is None:
+                return
+            method, target, headers, self._keep_alive = request
+            if method != "GET":
+                self._send(405, {"error": "the query endpoint is read-only: GET only",
+                                 "code": "method_not_allowed"}, {"Allow": "GET"})  # fmt: skip
+                continue
+            self._busy = True
+            self._get(target, headers)
+
+    def _get(self, target: str, headers: dict[str, str]) -> None:
         url = urlsplit(target)
+        path = url.path.rstrip("/") or "/"
         try:
             self._authorize(headers)
             params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-            return 200, self.endpoint.answer(url.path.rstrip("/") or "/", params), {}
-        except QueryError as exc:
+            steps = self.server.endpoint.steps(path, params)
+        except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
+            self._failed(path, exc)
+            return
+        self._step(path, steps, None)
+
+    def _step(self, path: str, steps: Steps, outcome: Outcome | None) -> None:
+        """Run ``steps`` on with ``outcome`` (the last read's; None: the first step) up to
+        its next read, which calls this back, or to its answer."""
+        try:
+            if outcome is None:
+                task, request = next(steps)
+            elif isinstance(outcome, QueryError):
+                task, request = steps.throw(outcome)
+            else:
+                task, request = steps.send(outcome)
+        except StopIteration as stop:
+            self._send(200, stop.value, {})
+        except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
+            self._failed(path, exc)
+        else:
+            self.server.endpoint.router.ask_later(
+                task, request, lambda answered: self._step(path, steps, answered)
+            )
+
+    def _failed(self, path: str, exc: Exception) -> None:
+        if isinstance(exc, QueryError):
             extra = {}
             if exc.status == 503:
                 extra["Retry-After"] = str(int(exc.retry_after_s or 1))
-            return exc.status, {**exc.fields, "error": str(exc), "code": exc.code}, extra
-        except Exception as exc:  # noqa: BLE001 - a bug must not kill the server
-            _log.warning("query_failed", path=url.path, error=f"{type(exc).__name__}: {exc}")
-            return 500, {"error": f"{type(exc).__name__}: {exc}", "code": "error"}, {}
+            self._send(exc.status, {**exc.fields, "error": str(exc), "code": exc.code}, extra)
+            return
+        _log.warning("query_failed", path=path, error=f"{type(exc).__name__}: {exc}")
+        self._send(500, {"error": f"{type(exc).__name__}: {exc}", "code": "error"}, {})
+
+    def _send(self, status: int, body: Answer, extra: dict[str, str]) -> None:
+        """Write a request's answer; then the next request, or the end of the connection."""
+        self._busy = False
+        self._active = time.monotonic()
+        self.write(_answer(status, body, extra, self._keep_alive))
+        if not self._keep_alive:
+            self._closing = True
+            self._close_when_sent()
+        else:
+            self.loop.call_soon(self._next)  # not within the answer's own call chain
+
+    def _close_when_sent(self) -> None:
+        if not self.unsent:
+            self.close("answered")
+
+    def drained(self) -> None:
+        if self._closing:
+            self.close("answered")
+
+    def ended(self, reason: str) -> None:
+        self.server.answered(self)
 
     def _authorize(self, headers: dict[str, str]) -> None:
-        if self.token is None:
+        token = self.server.token
+        if token is None:
             return
         scheme, _, value = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-            value.strip().encode(), self.token.encode()
+            value.strip().encode(), token.encode()
         ):
             raise UnauthorizedError("this endpoint wants Authorization: Bearer <token>")
 
 
-def _read_request(
-    sock: socket.socket, buffer: bytes
-) -> tuple[str, str, dict[str, str], bool, bytes] | None:
-    """The next request on ``sock`` (``buffer``: what was read past the previous one):
-    (method, target, headers by lower-case name, keep alive, what was read past it); None
-    when the client closed the connection before a request began; ``_BadRequest`` when it
-    is not a request this server reads."""
-    while (end := buffer.find(b"\r\n\r\n")) < 0:
+def _parse_request(buffer: bytearray) -> tuple[str, str, dict[str, str], bool] | None:
+    """The next whole request in ``buffer`` (taken out of it, its body dropped): (method,
+    target, headers by lower-case name, keep alive); None when not all of it has arrived;
+    ``_BadRequest`` when it is not a request this server reads."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
         if len(buffer) > MAX_HEAD_BYTES:
             raise _BadRequest(431, f"a request head over {MAX_HEAD_BYTES} bytes")
-        chunk = sock.recv(65536)
-        if not chunk:
-            if buffer.strip():
-                raise _BadRequest(400, "the connection ended inside a request head")
-            return None
-        buffer += chunk
-    head, buffer = buffer[:end].decode("latin-1"), buffer[end + 4 :]
+        return None
+    head = buffer[:end].decode("latin-1")
     line, *fields = head.lstrip("\r\n").split("\r\n")
     parts = line.split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -478,18 +595,15 @@ def _read_request(
     length = int(length_text)
     if length > MAX_BODY_BYTES:
         raise _BadRequest(413, f"a request body of {length} bytes: the endpoint takes none")
-    while len(buffer) < length:  # a body is read and dropped
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise _BadRequest(400, "the connection ended inside a request body")
-        buffer += chunk
-    buffer = buffer[length:]
+    if len(buffer) < end + 4 + length:
+        return None  # the body is still coming
+    del buffer[: end + 4 + length]  # a body is dropped
     connection = headers.get("connection", "").lower()
     if version == "HTTP/1.0":
         keep_alive = "keep-alive" in connection
     else:
         keep_alive = "close" not in connection
-    return method, target, headers, keep_alive, buffer
+    return method, target, headers, keep_alive
 
 
 def _answer(

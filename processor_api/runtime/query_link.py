@@ -153,7 +153,23 @@ def receive_frame(sock: socket.socket) -> dict[str, Any] | None:
     data = _receive_exactly(sock, size)
     if data is None:
         return None
-    return _decode(data)
+    return decode_frame(data)
+
+
+def next_frame(buffer: bytearray) -> bytes | None:
+    """The next whole frame's data in ``buffer`` (taken out of it), or None: not all of it
+    has arrived. ``FrameError`` for a frame over :data:`MAX_FRAME_BYTES`."""
+    if len(buffer) < _FRAME.size:
+        return None
+    (size,) = _FRAME.unpack_from(buffer)
+    if size > MAX_FRAME_BYTES:
+        raise FrameError(f"a frame of {size} bytes is over the limit of {MAX_FRAME_BYTES}")
+    end = _FRAME.size + size
+    if len(buffer) < end:
+        return None
+    data = bytes(buffer[_FRAME.size : end])
+    del buffer[:end]
+    return data
 
 
 class FrameReader:
@@ -166,26 +182,16 @@ class FrameReader:
 
     def next(self) -> dict[str, Any] | None:
         """The next frame's message, or None when the peer closed the connection."""
-        buffer = self._buffer
-        while True:
-            if len(buffer) >= _FRAME.size:
-                (size,) = _FRAME.unpack_from(buffer)
-                if size > MAX_FRAME_BYTES:
-                    raise FrameError(
-                        f"a frame of {size} bytes is over the limit of {MAX_FRAME_BYTES}"
-                    )
-                end = _FRAME.size + size
-                if len(buffer) >= end:
-                    data = bytes(buffer[_FRAME.size : end])
-                    del buffer[:end]
-                    return _decode(data)
+        while (data := next_frame(self._buffer)) is None:
             chunk = self._sock.recv(1 << 16)
             if not chunk:
                 return None
-            buffer += chunk
+            self._buffer += chunk
+        return decode_frame(data)
 
 
-def _decode(data: bytes) -> dict[str, Any]:
+def decode_frame(data: bytes) -> dict[str, Any]:
+    """A frame's message from its data (as :func:`next_frame` gives it)."""
     head, newline, attachment = data.partition(b"\n")
     try:
         message = json.loads(head)
