@@ -23,6 +23,13 @@ count per key (``topologies/count_per_key.py``, 2 partitions, RocksDB, 10,000 ke
 
 The load runs in a process of its own (``multiprocessing`` spawn), so its requests do not
 compete with the driver's HTTP server for one interpreter's lock.
+
+``--floor``: the same load also goes to the floor (``bench/lookup_floor.py``: a Python HTTP
+server in a process of its own answering a constant body at once, no routing, no worker):
+the cost runs alternate without lookups, with lookups to the run's endpoint and with
+lookups to the floor, and the latency phase runs again with the floor asked instead. What
+the floor costs is this machine's share of any Python lookup path; the rest is the query
+path's.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import uuid
 from typing import Any
 
 from bench.common import Broker, key_for, log, machine_info, produce_input, write_result
+from bench.lookup_floor import FloorServer
 
 PARTITIONS = 2
 KEYS = 10_000
@@ -146,6 +154,7 @@ def load_process(
     topic: str | None,
     rate: int,
     seconds: float,
+    lookups_url: str | None,
     stop: Any,
     results: Any,
     ranges: int = 20,
@@ -154,7 +163,8 @@ def load_process(
     """Another process's load: lookups, and with a topic records at ``rate``/s for
     ``seconds`` then ``ranges`` range reads; without one, lookups until ``stop`` is set.
     ``under_load``: the range reads are also made from halfway through the feeding, while
-    records and lookups go on. Puts a dict on ``results``."""
+    records and lookups go on. ``lookups_url``: where the lookups go, if not to ``url``
+    (the floor's server). Puts a dict on ``results``."""
     out: dict[str, Any] = {}
     reader = None
     if under_load and topic is not None:
@@ -169,7 +179,9 @@ def load_process(
         reader.start()
     cpu_started = os.times()
     askers = [
-        threading.Thread(target=_lookups, args=(url, lookups_per_s / ASKERS, stop, out, seed))
+        threading.Thread(
+            target=_lookups, args=(lookups_url or url, lookups_per_s / ASKERS, stop, out, seed)
+        )
         for seed in range(ASKERS if lookups_per_s else 0)
     ]
     for asker in askers:
@@ -290,7 +302,8 @@ def cpu_snapshot() -> dict[int, tuple[str, float]]:
     for pid in _descendants(os.getpid()):
         cpu = process_cpu_s(pid)
         if cpu is not None:
-            snapshot[pid] = ("driver" if pid == os.getpid() else _role(pid), cpu)
+            role = "driver" if pid == os.getpid() else _role(pid)
+            snapshot[pid] = ("floor" if pid == FLOOR["pid"] else role, cpu)
     return snapshot
 
 
@@ -314,12 +327,21 @@ def cpu_delta(
     }
 
 
-def _spawn(*args: Any) -> tuple[Any, Any, Any]:
+def _spawn(
+    url: str,
+    lookups_per_s: float,
+    bootstrap: str | None,
+    topic: str | None,
+    rate: int,
+    seconds: float,
+    lookups_url: str | None = None,
+) -> tuple[Any, Any, Any]:
+    """The load process (:func:`load_process`): (process, stop, results)."""
     context = multiprocessing.get_context("spawn")
     results, stop = context.Queue(), context.Event()
     process = context.Process(
         target=load_process,
-        args=(*args, stop, results),
+        args=(url, lookups_per_s, bootstrap, topic, rate, seconds, lookups_url, stop, results),
         kwargs={"ranges": RANGES["value"], "under_load": RANGES["under_load"]},
     )
     process.start()
@@ -351,12 +373,20 @@ def _runner(spark: Any, bootstrap: str, topic: str, available_now: bool, port: i
     return TopologyRunner(TOPOLOGY, settings, topology_kwargs={"input_topic": topic}, spark=spark)
 
 
-def cost_run(spark: Any, bootstrap: str, topic: str, records: int, lookups: float) -> dict:
+#: The floor's server (``--floor``) and its process id, while it runs.
+FLOOR: dict[str, Any] = {"url": None, "pid": None}
+
+
+def cost_run(
+    spark: Any, bootstrap: str, topic: str, records: int, lookups: float, floor: bool = False
+) -> dict:
     """One ``--available-now`` run, with ``lookups``/s from another process (0: none),
-    asking from before the run starts until it ended."""
+    asking from before the run starts until it ended; to the floor's server instead of the
+    run's endpoint with ``floor``."""
     port = _free_port()
     runner = _runner(spark, bootstrap, topic, available_now=True, port=port)
-    load = _spawn(f"http://127.0.0.1:{port}", lookups, None, None, 0, 0) if lookups else None
+    url = FLOOR["url"] if floor else f"http://127.0.0.1:{port}"
+    load = _spawn(url, lookups, None, None, 0, 0) if lookups else None
     try:
         runner.run()
     finally:
@@ -376,6 +406,7 @@ def cost_run(spark: Any, bootstrap: str, topic: str, records: int, lookups: floa
     loop_s = max(o["max_task_ms"] for o in observed) / 1000
     return {
         "lookups_per_s": lookups,
+        "asked": "floor" if floor else "endpoint" if lookups else None,
         "lookups_answered": answered,
         "records": done_records,
         "loop_s": round(loop_s, 3),
@@ -451,9 +482,16 @@ def _wait_for_answers(runner: Any) -> str:
 
 
 def latency_run(
-    spark: Any, bootstrap: str, topic: str, rate: int, lookups: float, seconds: float
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    lookups: float,
+    seconds: float,
+    floor: bool = False,
 ) -> dict[str, Any]:
-    """A continuous run fed at ``rate`` while ``lookups``/s ask it; then the range reads."""
+    """A continuous run fed at ``rate`` while ``lookups``/s ask it (``floor``: ask the
+    floor's server instead); then the range reads (of the run's endpoint)."""
     runner = _runner(spark, bootstrap, topic, available_now=False)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
@@ -461,7 +499,9 @@ def latency_run(
         url = _wait_for_answers(runner)
         load_avg_start = os.getloadavg()[0]
         before = cpu_snapshot()
-        process, _, results = _spawn(url, lookups, bootstrap, topic, rate, seconds)
+        process, _, results = _spawn(
+            url, lookups, bootstrap, topic, rate, seconds, FLOOR["url"] if floor else None
+        )
         out = results.get(timeout=seconds + 600)
         after = cpu_snapshot()  # before the load process ends (its CPU: it measures it)
         process.join()
@@ -472,6 +512,7 @@ def latency_run(
     latencies = out["latencies"]
     ranges = out["ranges"]
     return {
+        "asked": "floor" if floor else "endpoint",
         "rate": rate,
         "seconds": seconds,
         "produced": out["produced"],
@@ -579,6 +620,11 @@ def main(argv: list[str] | None = None) -> None:
         help="only the range reads of a run fed nothing and asked no lookups",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also ask the floor's server (bench/lookup_floor.py) in the cost and latency runs",
+    )
+    parser.add_argument(
         "--cpu-only",
         action="store_true",
         help="only the CPU per lookup of each process (an idle run, without then with lookups)",
@@ -600,14 +646,22 @@ def main(argv: list[str] | None = None) -> None:
             PARTITIONS,
         )
         runs = []
-        latency = cpu = quiet = None
+        latency = cpu = quiet = floor_latency = None
         if args.cpu_only or args.range_only:
             args.latency_only = True
+        if args.floor:
+            floor = FloorServer()
+            FLOOR.update(url=floor.url, pid=floor.pid)
         if not args.latency_only:
             cost_run(spark, broker.bootstrap, backlog, args.records, 0)  # warm-up
+        # (lookups/s, to the floor): without, to the endpoint, to the floor; every other
+        # rep in the other order
+        contenders = [(0.0, False), (args.lookups, False)] + (
+            [(args.lookups, True)] if args.floor else []
+        )
         for rep in range(0 if args.latency_only else args.reps):
-            for lookups in (0.0, args.lookups) if rep % 2 == 0 else (args.lookups, 0.0):
-                run = cost_run(spark, broker.bootstrap, backlog, args.records, lookups)
+            for lookups, to_floor in contenders if rep % 2 == 0 else contenders[::-1]:
+                run = cost_run(spark, broker.bootstrap, backlog, args.records, lookups, to_floor)
                 log(f"cost rep {rep}: {run}")
                 runs.append(run)
         live = f"bench-iq-live-{uuid.uuid4().hex[:6]}"
@@ -624,14 +678,23 @@ def main(argv: list[str] | None = None) -> None:
                 spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds
             )
             log(f"latency: {latency}")
+            if args.floor:
+                floor_latency = latency_run(
+                    spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds, True
+                )
+                log(f"floor latency: {floor_latency}")
     finally:
+        if FLOOR["url"] is not None:
+            floor.stop()
         if spark is not None:
             spark.stop()
         broker.stop()
-    without = with_ = None
+    without = with_ = with_floor = None
     if runs:
-        without = statistics.median(r["records_per_s"] for r in runs if not r["lookups_per_s"])
-        with_ = statistics.median(r["records_per_s"] for r in runs if r["lookups_per_s"])
+        without = statistics.median(r["records_per_s"] for r in runs if not r["asked"])
+        with_ = statistics.median(r["records_per_s"] for r in runs if r["asked"] == "endpoint")
+        floor_rates = [r["records_per_s"] for r in runs if r["asked"] == "floor"]
+        with_floor = statistics.median(floor_rates) if floor_rates else None
     name = os.environ.get("BENCH_RESULT_NAME") or (
         "interactive-queries"
         + (
@@ -660,8 +723,15 @@ def main(argv: list[str] | None = None) -> None:
                 "cost_fraction": (
                     None if with_ is None or without is None else round(1 - with_ / without, 4)
                 ),
+                "median_records_per_s_with_floor": with_floor,
+                "floor_cost_fraction": (
+                    None
+                    if with_floor is None or without is None
+                    else round(1 - with_floor / without, 4)
+                ),
             },
             "latency": latency,
+            "floor_latency": floor_latency,
             "cpu_per_lookup": cpu,
             "quiet_range": quiet,
         },
