@@ -595,6 +595,14 @@ def quiet_range_run(spark: Any, bootstrap: str, topic: str) -> dict[str, Any]:
     }
 
 
+def _live_topic(broker: Broker) -> str:
+    """A new topic for a continuous run, holding every key once (ranges of 10,000)."""
+    live = f"bench-iq-live-{uuid.uuid4().hex[:6]}"
+    broker.create_topic(live, PARTITIONS)
+    produce_input(broker.bootstrap, live, KEYS, KEYS)
+    return live
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark (see the module docs)."""
     from processor_api.spark.session import build_spark_session
@@ -664,9 +672,7 @@ def main(argv: list[str] | None = None) -> None:
                 run = cost_run(spark, broker.bootstrap, backlog, args.records, lookups, to_floor)
                 log(f"cost rep {rep}: {run}")
                 runs.append(run)
-        live = f"bench-iq-live-{uuid.uuid4().hex[:6]}"
-        broker.create_topic(live, PARTITIONS)
-        produce_input(broker.bootstrap, live, KEYS, KEYS)  # every key once: ranges of 10,000
+        live = _live_topic(broker)
         if args.cpu_only:
             cpu = cpu_run(spark, broker.bootstrap, live, args.lookups, args.seconds)
             log(f"cpu: {cpu}")
@@ -680,7 +686,13 @@ def main(argv: list[str] | None = None) -> None:
             log(f"latency: {latency}")
             if args.floor:
                 floor_latency = latency_run(
-                    spark, broker.bootstrap, live, args.rate, args.lookups, args.seconds, True
+                    spark,
+                    broker.bootstrap,
+                    _live_topic(broker),  # a run of its own: no backlog of the one before
+                    args.rate,
+                    args.lookups,
+                    args.seconds,
+                    True,
                 )
                 log(f"floor latency: {floor_latency}")
     finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import json
 import selectors
@@ -72,13 +73,20 @@ class EncodedJSON:
 
 
 Answer = dict[str, Any] | EncodedJSON
-#: What a read's steps yield: each (task, request) they send to a worker.
+#: A read sent to a worker: (task, request).
 Ask = tuple[str, dict[str, Any]]
-#: A read's steps: they yield each read they send to a worker (:data:`Ask`), are sent each
-#: (status, body) answered (or have the ``QueryError`` it ended in thrown in), and return
-#: the JSON answer. The query loop runs them without waiting (:class:`QueryServer`);
-#: :meth:`QueryEndpoint.answer` runs them on the calling thread.
-Steps = Generator[Ask, tuple[int, dict[str, Any]], Answer]
+#: A read's steps: they yield the reads they send to workers at once (a list of
+#: :data:`Ask`), are sent the outcome of each, in the same order (its (status, body), or
+#: the ``QueryError`` it ended in), and return the JSON answer. The query loop runs them
+#: without waiting (:class:`QueryServer`); :meth:`QueryEndpoint.answer` runs them on the
+#: calling thread.
+Steps = Generator[list[Ask], list[Outcome], Answer]
+_Asking = Generator[list[Ask], list[Outcome], dict[str, Any]]
+
+#: How many tasks' pages a range reads at once: while one task's page is read, the next
+#: task's first page is asked for too, so two workers read side by side; a page asked for
+#: ahead and not needed (the page's limit was reached before its task) is dropped.
+RANGE_TASKS_AT_ONCE = 2
 
 
 class QueryEndpoint:
@@ -100,17 +108,18 @@ class QueryEndpoint:
         raises a :class:`QueryError`."""
         steps = self.steps(path, params)
         try:
-            task, request = next(steps)
+            asks = next(steps)
             while True:
-                try:
-                    answered = self.router.ask(task, request)
-                except QueryError as exc:
-                    task, request = steps.throw(exc)
-                else:
-                    task, request = steps.send(answered)
+                asks = steps.send([self._outcome(task, request) for task, request in asks])
         except StopIteration as stop:
             answer: Answer = stop.value
             return answer
+
+    def _outcome(self, task: str, request: dict[str, Any]) -> Outcome:
+        try:
+            return self.router.ask(task, request)
+        except QueryError as exc:
+            return exc
 
     def steps(self, path: str, params: dict[str, str]) -> Steps:
         """The steps of ``GET path?params`` (see :data:`Steps`)."""
@@ -142,7 +151,7 @@ class QueryEndpoint:
         committed: bool,
         as_of: str | None,
         bound: PositionBound | None,
-    ) -> Generator[Ask, tuple[int, dict[str, Any]], dict[str, Any]]:
+    ) -> _Asking:
         if route.kind not in KEY_VALUE_KINDS + VERSIONED_KINDS:
             what = "sessions" if route.kind in SESSION_KINDS else "window"
             raise BadQueryError(
@@ -173,7 +182,7 @@ class QueryEndpoint:
         params: dict[str, str],
         committed: bool,
         bound: PositionBound | None,
-    ) -> Generator[Ask, tuple[int, dict[str, Any]], EncodedJSON]:
+    ) -> Generator[list[Ask], list[Outcome], EncodedJSON]:
         if route.kind not in KEY_VALUE_KINDS:
             raise BadQueryError(
                 f"store {route.name!r} is a {route.kind} store: range and all read key-value "
@@ -192,20 +201,28 @@ class QueryEndpoint:
         pages: list[bytes] = []
         count = 0
         next_token = None
+        ahead: dict[int, tuple[int, Outcome]] = {}  # task index -> (limit asked, outcome)
+
+        def page(at: int, after: str | None) -> Ask:
+            return route.tasks[at], _bounded({
+                "store": route.name, "kind": "range", **bounds, "after": after,
+                "committed": committed, "limit": limit - count}, bound)  # fmt: skip
+
         while index < len(route.tasks):
             task = route.tasks[index]
-            answer = yield from self._ask(
-                task,
-                {
-                    "store": route.name,
-                    "kind": "range",
-                    **bounds,
-                    "after": after,
-                    "committed": committed,
-                    "limit": limit - count,
-                },  # fmt: skip
-                bound,
-            )
+            asked_ahead = ahead.pop(index, None) if after is None else None
+            if asked_ahead is not None and asked_ahead[0] <= limit - count:
+                outcome = asked_ahead[1]  # not more than this page still takes
+            else:
+                asks = [page(index, after)]
+                for at in range(index + 1, min(index + RANGE_TASKS_AT_ONCE, len(route.tasks))):
+                    if at not in ahead:
+                        asks.append(page(at, None))
+                outcomes = yield asks
+                outcome = outcomes[0]
+                for (ask_task, ask), result in zip(asks[1:], outcomes[1:], strict=True):
+                    ahead[route.tasks.index(ask_task)] = (ask["limit"], result)
+            answer = _checked(task, outcome)
             entries = _rendered(answer, task)
             if entries.count:
                 pages.append(entries.data)
@@ -240,7 +257,7 @@ class QueryEndpoint:
         params: dict[str, str],
         committed: bool,
         bound: PositionBound | None,
-    ) -> Generator[Ask, tuple[int, dict[str, Any]], dict[str, Any]]:
+    ) -> _Asking:
         kinds = WINDOW_KINDS if what == "window" else SESSION_KINDS
         if route.kind not in kinds:
             raise BadQueryError(
@@ -269,16 +286,24 @@ class QueryEndpoint:
             "truncated": bool(answer["more"]),
         }
 
-    def _ask(
-        self, task: str, request: dict[str, Any], bound: PositionBound | None
-    ) -> Generator[Ask, tuple[int, dict[str, Any]], dict[str, Any]]:
-        if bound is not None:
-            request = {**request, "bound": bound.entries()}
-        status, body = yield task, request
-        if status == 200:
-            return body
-        error = str(body.get("error") or f"task {task} answered {status}")
-        raise ERRORS_BY_CODE.get(str(body.get("code")), BadQueryError)(error, 1)
+    def _ask(self, task: str, request: dict[str, Any], bound: PositionBound | None) -> _Asking:
+        (outcome,) = yield [(task, _bounded(request, bound))]
+        return _checked(task, outcome)
+
+
+def _bounded(request: dict[str, Any], bound: PositionBound | None) -> dict[str, Any]:
+    return request if bound is None else {**request, "bound": bound.entries()}
+
+
+def _checked(task: str, outcome: Outcome) -> dict[str, Any]:
+    """A read's answer body; raises the ``QueryError`` it ended in or its answer names."""
+    if isinstance(outcome, QueryError):
+        raise outcome
+    status, body = outcome
+    if status == 200:
+        return body
+    error = str(body.get("error") or f"task {task} answered {status}")
+    raise ERRORS_BY_CODE.get(str(body.get("code")), BadQueryError)(error, 1)
 
 
 def _rendered(answer: dict[str, Any], task: str) -> RenderedEntries:
@@ -504,24 +529,31 @@ class _HttpConnection(Connection):
             return
         self._step(path, steps, None)
 
-    def _step(self, path: str, steps: Steps, outcome: Outcome | None) -> None:
-        """Run ``steps`` on with ``outcome`` (the last read's; None: the first step) up to
-        its next read, which calls this back, or to its answer."""
+    def _step(self, path: str, steps: Steps, outcomes: list[Outcome] | None) -> None:
+        """Run ``steps`` on with ``outcomes`` (of the reads they asked for last; None: the
+        first step) up to their next reads, whose last outcome calls this back, or to
+        their answer."""
         try:
-            if outcome is None:
-                task, request = next(steps)
-            elif isinstance(outcome, QueryError):
-                task, request = steps.throw(outcome)
-            else:
-                task, request = steps.send(outcome)
+            asks = next(steps) if outcomes is None else steps.send(outcomes)
         except StopIteration as stop:
             self._send(200, stop.value, {})
+            return
         except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
             self._failed(path, exc)
-        else:
-            self.server.endpoint.router.ask_later(
-                task, request, lambda answered: self._step(path, steps, answered)
-            )
+            return
+        results: list[Outcome] = []
+        left = [len(asks)]
+
+        def answered(at: int, outcome: Outcome) -> None:
+            results[at] = outcome
+            left[0] -= 1
+            if not left[0]:
+                self._step(path, steps, results)
+
+        results.extend([(0, {})] * len(asks))
+        router = self.server.endpoint.router
+        for at, (task, request) in enumerate(asks):
+            router.ask_later(task, request, functools.partial(answered, at))
 
     def _failed(self, path: str, exc: Exception) -> None:
         if isinstance(exc, QueryError):

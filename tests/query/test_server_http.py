@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
 import pytest
 
 from processor_api.query.router import HostRouter
 from processor_api.query.routing import StoreRoutes
 from processor_api.query.server import QueryEndpoint, QueryServer
+from processor_api.runtime.query_link import FrameReader, send_frame
+from tests.harness.scrape import wait_for
 from tests.integration.query_topologies import build_shop
 
 TASKS = ("0_0", "0_1")
@@ -28,6 +31,7 @@ def serve():
         servers.append(server)
         return server
 
+    start.router = router  # type: ignore[attr-defined]
     yield start
     for server in servers:
         server.close()
@@ -141,3 +145,84 @@ def test_a_connection_that_goes_quiet_is_closed_after_the_timeout(serve, monkeyp
         assert _answer(sock)[0] == 200
         sock.settimeout(10)  # the server's 0.2 s idle timeout ends it long before this
         assert _closed(sock)
+
+
+def test_connections_take_no_thread_of_their_own(serve):
+    """Every connection is served on the query loop's one thread (a thread per connection
+    cost the driver most of its CPU per lookup)."""
+    server = serve()
+    threads = threading.active_count()
+    connections = [_connect(server) for _ in range(20)]
+    try:
+        for sock in connections:
+            sock.sendall(b"GET /stores HTTP/1.1\r\n\r\n")
+        assert all(_answer(sock)[0] == 200 for sock in connections)
+        assert threading.active_count() == threads
+    finally:
+        for sock in connections:
+            sock.close()
+
+
+def test_a_read_waiting_for_its_worker_holds_up_only_the_requests_behind_it(serve):
+    """A lookup waits for its worker without holding the loop: another client is answered
+    meanwhile; the requests sent behind it on its own connection are answered after it,
+    in order."""
+    server = serve()
+    router = serve.router
+    worker = socket.create_connection(tuple(router.address.rsplit(":", 1)), timeout=10)
+    with worker:
+        send_frame(worker, {"op": "hello", "secret": router.secret, "host": "slow-host"})
+        send_frame(worker, {"op": "tasks", "tasks": list(TASKS)})
+        wait_for("the worker's tasks", lambda: router.tasks() or None, timeout_s=10)
+        with _connect(server) as waiting, _connect(server) as other:
+            waiting.sendall(
+                b"GET /stores/totals/keys/c01 HTTP/1.1\r\n\r\nGET /stores HTTP/1.1\r\n\r\n"
+            )
+            read = FrameReader(worker).next()  # the lookup reached the worker: not answered
+            assert read is not None and read["op"] == "read" and read["store"] == "totals"
+            other.sendall(b"GET /stores HTTP/1.1\r\n\r\n")
+            assert _answer(other)[0] == 200  # the loop was not held
+            entry = {"key": "c01", "value": 41}
+            send_frame(worker, {"op": "reply", "id": read["id"], "status": 200,
+                                "body": {"entries": [entry], "more": False, "last": None,
+                                         "position": 9, "consistency": "live"}})  # fmt: skip
+            status, _, body, rest = _answer(waiting)
+            assert (status, body["value"], body["task"]) == (200, 41, read["task"])
+            assert _answer(waiting, rest)[0] == 200  # the request behind it, after it
+
+
+def _page_reply(read: dict, keys: list[str], more: bool = False) -> dict:
+    entries = [{"key": key, "value": 1} for key in keys]
+    return {"op": "reply", "id": read["id"], "status": 200,
+            "body": {"entries": entries, "more": more, "last": None, "position": 3,
+                     "consistency": "live"}}  # fmt: skip
+
+
+def test_a_range_asks_the_next_tasks_page_while_one_is_read(serve):
+    """Both tasks' pages are asked for before either answers (two workers read side by
+    side); a page asked for ahead with more entries than the page still takes is asked for
+    again with the entries left, so the answer holds exactly ``limit`` entries, in task
+    order, and says where the next page starts."""
+    server = serve()
+    router = serve.router
+    worker = socket.create_connection(tuple(router.address.rsplit(":", 1)), timeout=10)
+    with worker, _connect(server) as client:
+        send_frame(worker, {"op": "hello", "secret": router.secret, "host": "pages-host"})
+        send_frame(worker, {"op": "tasks", "tasks": list(TASKS)})
+        wait_for("the worker's tasks", lambda: router.tasks() or None, timeout_s=10)
+        frames = FrameReader(worker)
+        client.sendall(b"GET /stores/totals/all?limit=4 HTTP/1.1\r\n\r\n")
+        first, ahead = frames.next(), frames.next()
+        assert (first["task"], first["limit"]) == ("0_0", 4)
+        assert (ahead["task"], ahead["limit"], ahead["after"]) == ("0_1", 4, None)
+        send_frame(worker, _page_reply(ahead, ["b1", "b2", "b3", "b4"]))
+        send_frame(worker, _page_reply(first, ["a1", "a2", "a3"]))
+        again = frames.next()  # only one entry still fits: 0_1 is asked again for it
+        assert (again["task"], again["limit"], again["after"]) == ("0_1", 1, None)
+        send_frame(worker, _page_reply(again, ["b1"], more=True))
+        status, _, body, _ = _answer(client)
+        assert status == 200
+        assert [(e["key"], e["task"]) for e in body["entries"]] == [
+            ("a1", "0_0"), ("a2", "0_0"), ("a3", "0_0"), ("b1", "0_1")
+        ]  # fmt: skip
+        assert body["next"] is not None
