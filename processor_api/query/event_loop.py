@@ -99,9 +99,10 @@ class EventLoop:
 
     def run_sync(self, call: Callable[[], None], timeout_s: float = 10.0) -> None:
         """Make ``call`` on the loop's thread and wait until it is made (from another
-        thread; on the loop's own thread it is made at once)."""
-        if self.on_loop:
-            call()
+        thread; on the loop's own thread, or once the loop has stopped, it is made at
+        once)."""
+        if self.on_loop or not self._thread.is_alive():
+            call()  # on the loop, or the loop is gone: nothing runs beside the call
             return
         done = threading.Event()
         failure: list[BaseException] = []

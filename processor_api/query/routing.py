@@ -63,6 +63,11 @@ class StoreRoute:
         """The store's kind (``key-value``, ``window``, ...)."""
         return self.builder.kind
 
+    @property
+    def keys_need_registry(self) -> bool:
+        """Whether serializing a key may ask a Schema Registry (a topic-aware key serde)."""
+        return self.key_serde is not None
+
     def key_bytes(self, text: str, what: str = "key") -> bytes:
         """``text`` as ``read-store`` takes keys (text for a string key serde, else JSON),
         serialized with the store's key serde as its tasks serialize it.
@@ -144,6 +149,10 @@ class StoreRoutes:
                 self._routes[name] = StoreRoute(
                     name, builder, tasks, tuple(sub.source_topics), key_serde, error
                 )
+
+    def find(self, store: str) -> StoreRoute | None:
+        """The route of ``store``, or None."""
+        return self._routes.get(store)
 
     def route(self, store: str) -> StoreRoute:
         """The route of ``store``; ``UnknownStoreError`` naming the known ones otherwise."""

@@ -29,6 +29,7 @@ import selectors
 import socket
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import Any
@@ -120,6 +121,15 @@ class QueryEndpoint:
             return self.router.ask(task, request)
         except QueryError as exc:
             return exc
+
+    def may_wait(self, path: str) -> bool:
+        """Whether ``GET path``'s first step may wait: its store's keys are serialized
+        with a Schema Registry serde (the first key of a schema asks the registry)."""
+        parts = path.split("/")
+        if len(parts) < 4 or parts[1] != "stores":
+            return False
+        route = self.routes.find(unquote(parts[2]))
+        return route is not None and route.keys_need_registry
 
     def steps(self, path: str, params: dict[str, str]) -> Steps:
         """The steps of ``GET path?params`` (see :data:`Steps`)."""
@@ -399,6 +409,7 @@ class QueryServer:
         self.host, self.port = host, int(self._listener.getsockname()[1])
         self._connections: set[_HttpConnection] = set()
         self._closed = False
+        self._waiting_pool: ThreadPoolExecutor | None = None
         self.loop.run_sync(self._start)
         _log.info("query_server_started", url=f"http://{host}:{self.port}", token=token is not None)
 
@@ -425,6 +436,12 @@ class QueryServer:
                 connection.close("quiet")
         self.loop.call_later(min(1.0, timeout_s / 4), self._sweep)
 
+    def waiting_pool(self) -> ThreadPoolExecutor:
+        """The threads that run what may wait (a registry key serde), made at first use."""
+        if self._waiting_pool is None:
+            self._waiting_pool = ThreadPoolExecutor(WAITING_THREADS, "query-registry")
+        return self._waiting_pool
+
     def answered(self, connection: _HttpConnection) -> None:
         """``connection`` ended (its own call)."""
         self._connections.discard(connection)
@@ -440,8 +457,13 @@ class QueryServer:
                 connection.close("the server closed")
 
         self.loop.run_sync(stop)
+        if self._waiting_pool is not None:
+            self._waiting_pool.shutdown(wait=False, cancel_futures=True)
 
 
+#: Threads that serialize keys with a Schema Registry serde (which may wait for the
+#: registry) off the query loop.
+WAITING_THREADS = 4
 #: The longest a request's head (request line and headers) may be (bytes).
 MAX_HEAD_BYTES = 64 * 1024
 #: The largest request body read and dropped (the endpoint takes none; a larger one: 413).
@@ -527,20 +549,30 @@ class _HttpConnection(Connection):
         except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
             self._failed(path, exc)
             return
+        if self.server.endpoint.may_wait(path):
+            # its key serde may ask a registry (seconds when it does not answer): the first
+            # step, which serializes the keys, runs on a thread that may wait
+            done = self.server.waiting_pool().submit(_advance, steps, None)
+            done.add_done_callback(
+                lambda step: self.loop.call_soon(lambda: self._advanced(path, steps, step.result()))
+            )
+            return
         self._step(path, steps, None)
 
     def _step(self, path: str, steps: Steps, outcomes: list[Outcome] | None) -> None:
         """Run ``steps`` on with ``outcomes`` (of the reads they asked for last; None: the
         first step) up to their next reads, whose last outcome calls this back, or to
         their answer."""
-        try:
-            asks = next(steps) if outcomes is None else steps.send(outcomes)
-        except StopIteration as stop:
-            self._send(200, stop.value, {})
+        self._advanced(path, steps, _advance(steps, outcomes))
+
+    def _advanced(self, path: str, steps: Steps, step: _Step) -> None:
+        if isinstance(step, _Done):
+            self._send(200, step.answer, {})
             return
-        except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
-            self._failed(path, exc)
+        if isinstance(step, Exception):
+            self._failed(path, step)
             return
+        asks = step
         results: list[Outcome] = []
         left = [len(asks)]
 
@@ -596,6 +628,29 @@ class _HttpConnection(Connection):
             value.strip().encode(), token.encode()
         ):
             raise UnauthorizedError("this endpoint wants Authorization: Bearer <token>")
+
+
+class _Done:
+    """A read's steps ended with this answer."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+
+#: Where a read's steps stand: the reads they ask for next, their answer, or their failure.
+_Step = list[Ask] | _Done | Exception
+
+
+def _advance(steps: Steps, outcomes: list[Outcome] | None) -> _Step:
+    """Run ``steps`` on with ``outcomes`` (None: their first step) to where they stand next."""
+    try:
+        return next(steps) if outcomes is None else steps.send(outcomes)
+    except StopIteration as stop:
+        return _Done(stop.value)
+    except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
+        return exc
 
 
 def _parse_request(buffer: bytearray) -> tuple[str, str, dict[str, str], bool] | None:

@@ -262,3 +262,40 @@ def test_a_registry_that_never_answers_is_given_up_on_by_the_routing_deadline(wh
         assert f"schema registry {url} did not answer" in str(error)
     finally:
         silent.close()
+
+
+def test_a_key_waiting_for_its_registry_holds_up_no_other_request():
+    """Serializing a registry key may wait for the registry (here: one that never answers,
+    given up on after the run's 1 s timeout); it waits on a thread of its own, so the query
+    loop answers another client meanwhile, and the waiting read then answers 503."""
+    silent = socket.socket()  # accepts connections (the kernel's backlog), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    router = HostRouter("127.0.0.1")
+    routes = StoreRoutes(
+        build_avro_keyed(), TASKS, application_id=APP, registry={"url": url, "timeout": 1}
+    )
+    server = QueryServer(QueryEndpoint(routes, router), "127.0.0.1", 0, None)
+    address = ("127.0.0.1", server.port)
+    try:
+        with (
+            socket.create_connection(address, 10) as waiting,
+            socket.create_connection(address, 10) as other,
+        ):
+            waiting.sendall(
+                f"GET /stores/{STORE}/keys/%7B%22id%22%3A7%7D HTTP/1.1\r\n\r\n".encode()
+            )
+            other.sendall(b"GET /stores HTTP/1.1\r\n\r\n")
+            assert other.recv(65536).startswith(b"HTTP/1.1 200 ")
+            waiting.setblocking(False)
+            with pytest.raises(BlockingIOError):  # still waiting for the registry
+                waiting.recv(65536)
+            waiting.settimeout(30)
+            answer = waiting.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 503 ")
+            assert b"registry_unavailable" in answer and url.encode() in answer
+    finally:
+        server.close()
+        router.close()
+        silent.close()
