@@ -91,8 +91,8 @@ class _HostLink(Connection):
                 self._frame(decode_frame(frame))
                 if self.closed:
                     return
-        except FrameError as exc:
-            self.close(str(exc))
+        except (FrameError, ValueError, TypeError) as exc:  # not this protocol's frames
+            self.close(f"{type(exc).__name__}: {exc}")
 
     def _frame(self, message: dict[str, Any]) -> None:
         op = message.get("op")
