@@ -76,18 +76,12 @@ class EncodedJSON:
 Answer = dict[str, Any] | EncodedJSON
 #: A read sent to a worker: (task, request).
 Ask = tuple[str, dict[str, Any]]
-#: A read's steps: they yield the reads they send to workers at once (a list of
-#: :data:`Ask`), are sent the outcome of each, in the same order (its (status, body), or
-#: the ``QueryError`` it ended in), and return the JSON answer. The query loop runs them
-#: without waiting (:class:`QueryServer`); :meth:`QueryEndpoint.answer` runs them on the
-#: calling thread.
-Steps = Generator[list[Ask], list[Outcome], Answer]
-_Asking = Generator[list[Ask], list[Outcome], dict[str, Any]]
-
-#: How many tasks' pages a range reads at once: while one task's page is read, the next
-#: task's first page is asked for too, so two workers read side by side; a page asked for
-#: ahead and not needed (the page's limit was reached before its task) is dropped.
-RANGE_TASKS_AT_ONCE = 2
+#: A read's steps: they yield each read they send to a worker (:data:`Ask`), are sent its
+#: outcome (its (status, body), or the ``QueryError`` it ended in), and return the JSON
+#: answer. The query loop runs them without waiting (:class:`QueryServer`);
+#: :meth:`QueryEndpoint.answer` runs them on the calling thread.
+Steps = Generator[Ask, Outcome, Answer]
+_Asking = Generator[Ask, Outcome, dict[str, Any]]
 
 
 class QueryEndpoint:
@@ -109,9 +103,9 @@ class QueryEndpoint:
         raises a :class:`QueryError`."""
         steps = self.steps(path, params)
         try:
-            asks = next(steps)
+            task, request = next(steps)
             while True:
-                asks = steps.send([self._outcome(task, request) for task, request in asks])
+                task, request = steps.send(self._outcome(task, request))
         except StopIteration as stop:
             answer: Answer = stop.value
             return answer
@@ -192,7 +186,7 @@ class QueryEndpoint:
         params: dict[str, str],
         committed: bool,
         bound: PositionBound | None,
-    ) -> Generator[list[Ask], list[Outcome], EncodedJSON]:
+    ) -> Generator[Ask, Outcome, EncodedJSON]:
         if route.kind not in KEY_VALUE_KINDS:
             raise BadQueryError(
                 f"store {route.name!r} is a {route.kind} store: range and all read key-value "
@@ -211,28 +205,20 @@ class QueryEndpoint:
         pages: list[bytes] = []
         count = 0
         next_token = None
-        ahead: dict[int, tuple[int, Outcome]] = {}  # task index -> (limit asked, outcome)
-
-        def page(at: int, after: str | None) -> Ask:
-            return route.tasks[at], _bounded({
-                "store": route.name, "kind": "range", **bounds, "after": after,
-                "committed": committed, "limit": limit - count}, bound)  # fmt: skip
-
         while index < len(route.tasks):
             task = route.tasks[index]
-            asked_ahead = ahead.pop(index, None) if after is None else None
-            if asked_ahead is not None and asked_ahead[0] <= limit - count:
-                outcome = asked_ahead[1]  # not more than this page still takes
-            else:
-                asks = [page(index, after)]
-                for at in range(index + 1, min(index + RANGE_TASKS_AT_ONCE, len(route.tasks))):
-                    if at not in ahead:
-                        asks.append(page(at, None))
-                outcomes = yield asks
-                outcome = outcomes[0]
-                for (ask_task, ask), result in zip(asks[1:], outcomes[1:], strict=True):
-                    ahead[route.tasks.index(ask_task)] = (ask["limit"], result)
-            answer = _checked(task, outcome)
+            answer = yield from self._ask(
+                task,
+                {
+                    "store": route.name,
+                    "kind": "range",
+                    **bounds,
+                    "after": after,
+                    "committed": committed,
+                    "limit": limit - count,
+                },  # fmt: skip
+                bound,
+            )
             entries = _rendered(answer, task)
             if entries.count:
                 pages.append(entries.data)
@@ -297,7 +283,7 @@ class QueryEndpoint:
         }
 
     def _ask(self, task: str, request: dict[str, Any], bound: PositionBound | None) -> _Asking:
-        (outcome,) = yield [(task, _bounded(request, bound))]
+        outcome = yield task, _bounded(request, bound)
         return _checked(task, outcome)
 
 
@@ -559,11 +545,11 @@ class _HttpConnection(Connection):
             return
         self._step(path, steps, None)
 
-    def _step(self, path: str, steps: Steps, outcomes: list[Outcome] | None) -> None:
-        """Run ``steps`` on with ``outcomes`` (of the reads they asked for last; None: the
-        first step) up to their next reads, whose last outcome calls this back, or to
-        their answer."""
-        self._advanced(path, steps, _advance(steps, outcomes))
+    def _step(self, path: str, steps: Steps, outcome: Outcome | None) -> None:
+        """Run ``steps`` on with ``outcome`` (of the read they asked for last; None: their
+        first step) up to their next read, whose outcome calls this back, or to their
+        answer."""
+        self._advanced(path, steps, _advance(steps, outcome))
 
     def _advanced(self, path: str, steps: Steps, step: _Step) -> None:
         if isinstance(step, _Done):
@@ -572,20 +558,10 @@ class _HttpConnection(Connection):
         if isinstance(step, Exception):
             self._failed(path, step)
             return
-        asks = step
-        results: list[Outcome] = []
-        left = [len(asks)]
-
-        def answered(at: int, outcome: Outcome) -> None:
-            results[at] = outcome
-            left[0] -= 1
-            if not left[0]:
-                self._step(path, steps, results)
-
-        results.extend([(0, {})] * len(asks))
-        router = self.server.endpoint.router
-        for at, (task, request) in enumerate(asks):
-            router.ask_later(task, request, functools.partial(answered, at))
+        task, request = step
+        self.server.endpoint.router.ask_later(
+            task, request, functools.partial(self._step, path, steps)
+        )
 
     def _failed(self, path: str, exc: Exception) -> None:
         if isinstance(exc, QueryError):
@@ -639,14 +615,14 @@ class _Done:
         self.answer = answer
 
 
-#: Where a read's steps stand: the reads they ask for next, their answer, or their failure.
-_Step = list[Ask] | _Done | Exception
+#: Where a read's steps stand: the read they ask for next, their answer, or their failure.
+_Step = Ask | _Done | Exception
 
 
-def _advance(steps: Steps, outcomes: list[Outcome] | None) -> _Step:
-    """Run ``steps`` on with ``outcomes`` (None: their first step) to where they stand next."""
+def _advance(steps: Steps, outcome: Outcome | None) -> _Step:
+    """Run ``steps`` on with ``outcome`` (None: their first step) to where they stand next."""
     try:
-        return next(steps) if outcomes is None else steps.send(outcomes)
+        return next(steps) if outcome is None else steps.send(outcome)
     except StopIteration as stop:
         return _Done(stop.value)
     except Exception as exc:  # noqa: BLE001 - answered (500 for a bug)
