@@ -21,8 +21,11 @@ count per key (``topologies/count_per_key.py``, 2 partitions, RocksDB, 10,000 ke
   nothing and asked no lookups (once its 10,000 keys are counted), so the range's own cost
   shows apart from the cores the feeding and the lookups take.
 
-The load runs in a process of its own (``multiprocessing`` spawn), so its requests do not
-compete with the driver's HTTP server for one interpreter's lock.
+The lookups run in a process of their own (``multiprocessing`` spawn), so their requests do
+not compete with the driver's HTTP server for one interpreter's lock; the records of the
+latency phase are produced by another (before 2026-11-29's floor runs, by the lookups'
+process, whose producer then held the askers' interpreter lock: part of the lookups' tail
+was the client's).
 
 ``--floor``: the same load also goes to the floor (``bench/lookup_floor.py``: a Python HTTP
 server in a process of its own answering a constant body at once, no routing, no worker):
@@ -499,17 +502,26 @@ def latency_run(
         url = _wait_for_answers(runner)
         load_avg_start = os.getloadavg()[0]
         before = cpu_snapshot()
-        process, _, results = _spawn(
-            url, lookups, bootstrap, topic, rate, seconds, FLOOR["url"] if floor else None
+        # the records and the lookups from processes of their own: a producer of 20,000
+        # records/s beside the askers would hold their interpreter's lock, and its waits
+        # would count as the lookups'
+        feeder, fed, feeder_results = _spawn(url, 0.0, bootstrap, topic, rate, seconds)
+        asker, asked, asker_results = _spawn(
+            url, lookups, None, None, 0, 0, FLOOR["url"] if floor else None
         )
-        out = results.get(timeout=seconds + 600)
-        after = cpu_snapshot()  # before the load process ends (its CPU: it measures it)
-        process.join()
+        fed.wait(seconds + 600)  # set once the feeder's records are flushed
+        asked.set()
+        lookups_out = asker_results.get(timeout=60)
+        out = feeder_results.get(timeout=600)  # after the range reads
+        after = cpu_snapshot()  # before the load processes end
+        feeder.join()
+        asker.join()
         load_avg_end = os.getloadavg()[0]
     finally:
         runner.request_stop()
         thread.join(120)
-    latencies = out["latencies"]
+    latencies = lookups_out["latencies"]
+    out["unavailable"], out["errors"] = lookups_out["unavailable"], lookups_out["errors"]
     ranges = out["ranges"]
     return {
         "asked": "floor" if floor else "endpoint",
