@@ -380,6 +380,49 @@ def _runner(spark: Any, bootstrap: str, topic: str, available_now: bool, port: i
 FLOOR: dict[str, Any] = {"url": None, "pid": None}
 
 
+#: ``--pin``: the cost runs' processes on cores of their own (:class:`_Pinning`).
+PIN = {"on": False}
+#: The roles that process records (on :data:`PROCESSING_CPUS`); the others (the driver, the
+#: load, the floor) get the rest of the machine's cores.
+PROCESSING_ROLES = ("host", "spark_jvm", "pyspark_worker", "broker")
+
+
+class _Pinning:
+    """Keeps the processes that process records (every thread of each) on the machine's
+    last core and the driver, the load and the floor on the others, as a cluster keeps its
+    driver and its clients off the executors' cores; checked every 0.2 s, so processes and
+    threads that start meanwhile are moved too."""
+
+    def __init__(self) -> None:
+        cpus = sorted(os.sched_getaffinity(0))
+        self._processing, self._rest = {cpus[-1]}, set(cpus[:-1]) or {cpus[-1]}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._keep, daemon=True)
+        self._thread.start()
+
+    def _keep(self) -> None:
+        while True:
+            for pid, (role, _) in cpu_snapshot().items():
+                cpus = self._processing if role in PROCESSING_ROLES else self._rest
+                try:
+                    tids = os.listdir(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        if os.sched_getaffinity(int(tid)) != cpus:
+                            os.sched_setaffinity(int(tid), cpus)
+                    except OSError:
+                        pass  # the thread ended
+            if self._done.wait(0.2):
+                return
+
+    def stop(self) -> None:
+        """Stop moving processes (they keep their cores until the next run moves them)."""
+        self._done.set()
+        self._thread.join()
+
+
 def cost_run(
     spark: Any, bootstrap: str, topic: str, records: int, lookups: float, floor: bool = False
 ) -> dict:
@@ -390,9 +433,12 @@ def cost_run(
     runner = _runner(spark, bootstrap, topic, available_now=True, port=port)
     url = FLOOR["url"] if floor else f"http://127.0.0.1:{port}"
     load = _spawn(url, lookups, None, None, 0, 0) if lookups else None
+    pinning = _Pinning() if PIN["on"] else None
     try:
         runner.run()
     finally:
+        if pinning is not None:
+            pinning.stop()
         answered = None
         if load is not None:
             process, stop, results = load
@@ -645,12 +691,19 @@ def main(argv: list[str] | None = None) -> None:
         help="also ask the floor's server (bench/lookup_floor.py) in the cost and latency runs",
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="cost runs with the processing on the last core and the driver, load and floor "
+        "on the others (as a cluster's executors, apart from its driver and clients)",
+    )
+    parser.add_argument(
         "--cpu-only",
         action="store_true",
         help="only the CPU per lookup of each process (an idle run, without then with lookups)",
     )
     args = parser.parse_args(argv)
     COMMIT_INTERVAL_MS["value"] = args.commit_interval_ms
+    PIN["on"] = args.pin
     RANGES["value"] = args.ranges
     RANGES["under_load"] = args.ranges_under_load
     started_load = os.getloadavg()[0]
@@ -737,6 +790,7 @@ def main(argv: list[str] | None = None) -> None:
             "command": "python -m bench.interactive_queries " + " ".join(argv or []),
             "machine": machine_info(),
             "commit_interval_ms": args.commit_interval_ms,
+            "pinned": args.pin,
             "load_average_start": started_load,
             "load_average_end": os.getloadavg()[0],
             "cost": {
