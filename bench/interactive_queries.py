@@ -382,6 +382,8 @@ FLOOR: dict[str, Any] = {"url": None, "pid": None}
 
 #: ``--pin``: the cost runs' processes on cores of their own (:class:`_Pinning`).
 PIN = {"on": False}
+#: The cores this bench may use, as it started (before any run moved it).
+MACHINE_CPUS = sorted(os.sched_getaffinity(0))
 #: The roles that process records (on :data:`PROCESSING_CPUS`); the others (the driver, the
 #: load, the floor) get the rest of the machine's cores.
 PROCESSING_ROLES = ("host", "spark_jvm", "pyspark_worker", "broker")
@@ -394,7 +396,7 @@ class _Pinning:
     threads that start meanwhile are moved too."""
 
     def __init__(self) -> None:
-        cpus = sorted(os.sched_getaffinity(0))
+        cpus = MACHINE_CPUS
         self._processing, self._rest = {cpus[-1]}, set(cpus[:-1]) or {cpus[-1]}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._keep, daemon=True)
