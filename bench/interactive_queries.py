@@ -380,7 +380,7 @@ def _runner(spark: Any, bootstrap: str, topic: str, available_now: bool, port: i
 FLOOR: dict[str, Any] = {"url": None, "pid": None}
 
 
-#: ``--pin``: the cost runs' processes on cores of their own (:class:`_Pinning`).
+#: ``--pin``: the cost and latency runs' processes on cores of their own (:class:`_Pinning`).
 PIN = {"on": False}
 #: The cores this bench may use, as it started (before any run moved it).
 MACHINE_CPUS = sorted(os.sched_getaffinity(0))
@@ -546,6 +546,7 @@ def latency_run(
     runner = _runner(spark, bootstrap, topic, available_now=False)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
+    pinning = _Pinning() if PIN["on"] else None
     try:
         url = _wait_for_answers(runner)
         load_avg_start = os.getloadavg()[0]
@@ -566,6 +567,8 @@ def latency_run(
         asker.join()
         load_avg_end = os.getloadavg()[0]
     finally:
+        if pinning is not None:
+            pinning.stop()
         runner.request_stop()
         thread.join(120)
     latencies = lookups_out["latencies"]
@@ -695,8 +698,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--pin",
         action="store_true",
-        help="cost runs with the processing on the last core and the driver, load and floor "
-        "on the others (as a cluster's executors, apart from its driver and clients)",
+        help="cost and latency runs with the processing on the last core and the driver, "
+        "load and floor on the others (as a cluster's executors, apart from its driver and "
+        "clients)",
     )
     parser.add_argument(
         "--cpu-only",
