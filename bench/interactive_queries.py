@@ -33,6 +33,10 @@ the cost runs alternate without lookups, with lookups to the run's endpoint and 
 lookups to the floor, and the latency phase runs again with the floor asked instead. What
 the floor costs is this machine's share of any Python lookup path; the rest is the query
 path's.
+
+``--pin``: the cost and latency runs keep the processes that process records (hosts, pyspark
+workers, Spark's JVM, the broker) on the machine's last core and the driver, the load and the
+floor on the others, as a cluster keeps its driver and its clients apart from its executors.
 """
 
 from __future__ import annotations
