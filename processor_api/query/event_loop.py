@@ -27,6 +27,8 @@ from processor_api.logging import get_logger
 
 _log = get_logger("processor_api.query_loop")
 
+#: How long closing the loop waits for its thread to end (seconds).
+CLOSE_WAIT_S = 10.0
 #: The most a connection reads at once (bytes).
 READ_BYTES = 1 << 16
 
@@ -126,7 +128,9 @@ class EventLoop:
         self._closing = True
         self.call_soon(lambda: None)
         if not self.on_loop:
-            self._thread.join(10)
+            self._thread.join(CLOSE_WAIT_S)
+            if self._thread.is_alive():  # a call on it does not return: left behind
+                _log.warning("query_loop_not_stopped", waited_s=CLOSE_WAIT_S)
         self._waker.close()
 
     # ------------------------------------------------------------------ loop

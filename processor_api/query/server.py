@@ -428,8 +428,8 @@ class QueryServer:
             self._waiting_pool = ThreadPoolExecutor(WAITING_THREADS, "query-registry")
         return self._waiting_pool
 
-    def answered(self, connection: _HttpConnection) -> None:
-        """``connection`` ended (its own call)."""
+    def connection_ended(self, connection: _HttpConnection) -> None:
+        """Forget ``connection`` (it closed)."""
         self._connections.discard(connection)
 
     def close(self) -> None:
@@ -593,7 +593,7 @@ class _HttpConnection(Connection):
             self.close("answered")
 
     def ended(self, reason: str) -> None:
-        self.server.answered(self)
+        self.server.connection_ended(self)
 
     def _authorize(self, headers: dict[str, str]) -> None:
         token = self.server.token
