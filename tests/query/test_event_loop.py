@@ -81,8 +81,10 @@ def test_what_the_socket_does_not_take_is_sent_once_the_peer_reads(loop):
     while len(received) < len(big):
         received += peer.recv(1 << 20)
     assert received == big
-    wait_for("the connection drained", lambda: connection.unsent == 0 or None, timeout_s=10)
-    assert connection.stalled_since is None and connection.drains == 1
+    # drained() is called once the socket took the last byte (after unsent is 0)
+    wait_for("the connection drained", lambda: connection.drains or None, timeout_s=10)
+    assert connection.unsent == 0 and connection.stalled_since is None
+    assert connection.drains == 1
     peer.sendall(b"hello")
     wait_for("the peer's bytes", lambda: connection.data == b"hello" or None, timeout_s=10)
     peer.close()
